@@ -1,0 +1,40 @@
+// Attention layer builder shared by the decoder architectures: q/k/v/o projections with optional
+// biases, optional per-head q/k RMSNorm, rotary embedding, paged causal attention (optionally in a
+// sliding window). Weights are views into the checkpoint; immutable after Load.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "ops/ops.h"
+
+namespace dinfer::layers {
+
+struct AttentionWeights {
+  TensorView q, k, v, o;
+  std::optional<TensorView> q_bias, k_bias, v_bias, o_bias;
+  std::optional<TensorView> q_norm, k_norm;
+};
+
+struct Scratch;
+
+class AttentionLayer {
+ public:
+  static StatusOr<AttentionLayer> Load(WeightSource& w, const ModelConfig& c, int64_t layer);
+
+  // x: [tokens, hidden] (normed input); out: [tokens, hidden].
+  Status Forward(const ops::OpContext& ctx, const TensorView& x, const ops::KvLayerView& kv,
+                 const ops::AttentionMetadata& meta, std::span<const float> inv_freq,
+                 Scratch& scratch, const TensorView& out) const;
+
+ private:
+  AttentionWeights w_;
+  ops::AttentionOptions opt_;
+  int64_t rotary_dim_ = 0;
+  bool rope_interleaved_ = false;
+  float norm_eps_ = 1e-6f;
+};
+
+}  // namespace dinfer::layers

@@ -1,0 +1,44 @@
+// WeightSource: named weights of a checkpoint, looked up by their HF names whatever the file format
+// (GGUF names are translated). Weights stay in the memory mapping where the kernels can read them
+// as they are; the few that must be f32 (norms, biases) are converted into owned buffers.
+// Built once at load time; read-only afterwards, safe to share between threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/gguf.h"
+#include "model/safetensors.h"
+#include "tensor/tensor.h"
+
+namespace dinfer {
+
+class WeightSource {
+ public:
+  static std::unique_ptr<WeightSource> FromSafetensors(
+      std::unique_ptr<SafetensorsCheckpoint> ckpt, std::string where);
+  static std::unique_ptr<WeightSource> FromGguf(std::shared_ptr<const GgufFile> gguf);
+
+  bool Has(const std::string& hf_name) const;
+  // The weight as stored; errors name the missing tensor and the file.
+  StatusOr<TensorView> Get(const std::string& hf_name) const;
+  // Like Get, and checks the shape.
+  StatusOr<TensorView> Get(const std::string& hf_name, std::initializer_list<int64_t> shape) const;
+  // The weight converted to f32 (norm weights, biases); the copy lives as long as the source.
+  StatusOr<TensorView> GetF32(const std::string& hf_name, std::initializer_list<int64_t> shape);
+
+  const std::string& where() const { return where_; }
+
+ private:
+  WeightSource() = default;
+  std::string Translate(const std::string& hf_name) const;
+
+  std::unique_ptr<SafetensorsCheckpoint> ckpt_;
+  std::shared_ptr<const GgufFile> gguf_;
+  std::string where_;
+  std::vector<Tensor> owned_;
+};
+
+}  // namespace dinfer

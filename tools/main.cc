@@ -1,0 +1,37 @@
+// The `dinfer` command: subcommands generate and bench.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "base/logging.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "dinfer: LLM inference and serving (C++20; CPU and NVIDIA Hopper).\n"
+      "Models: \"default\" (the embedded SmolLM2-135M-Instruct), an HF model directory, or a .gguf "
+      "file."};
+  app.set_version_flag("--version", "dinfer 0.1.0");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug, info, warn, error or off")->capture_default_str();
+  app.require_subcommand(1);
+
+  dinfer::tools::GenerateArgs gen;
+  CLI::App* generate = app.add_subcommand("generate", "Generate text from a prompt, streaming it");
+  dinfer::tools::AddGenerateFlags(*generate, gen);
+
+  dinfer::tools::BenchArgs bench;
+  CLI::App* bench_cmd = app.add_subcommand(
+      "bench", "Measure prefill and decode tokens/s (like llama-bench: pp and tg)");
+  dinfer::tools::AddBenchFlags(*bench_cmd, bench);
+
+  CLI11_PARSE(app, argc, argv);
+  if (!dinfer::log::SetLevel(log_level)) {
+    std::fprintf(stderr, "dinfer: unknown --log-level '%s'\n", log_level.c_str());
+    return 2;
+  }
+  if (generate->parsed()) return dinfer::tools::RunGenerate(gen);
+  if (bench_cmd->parsed()) return dinfer::tools::RunBench(bench);
+  return 0;
+}
