@@ -78,7 +78,15 @@ void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int, in
   }
   cv_.notify_all();
   RunTasks(0);
-  while (pending_workers_.load(std::memory_order_acquire) != 0) CpuRelax();
+  // Spin while the workers finish their last tasks; yield if one of them was descheduled (an
+  // oversubscribed machine), so it can run on this core.
+  for (int spin = 0; pending_workers_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < 2000) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   fn_ = nullptr;
 }
 
