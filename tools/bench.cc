@@ -28,6 +28,8 @@ void AddBenchFlags(CLI::App& cmd, BenchArgs& a) {
   cmd.add_option("-r,--repetitions", a.repetitions, "runs per test (median reported)")
       ->capture_default_str();
   cmd.add_option("--json", a.json, "write the results as JSON to this file");
+  cmd.add_flag("--f32-activations", a.f32_activations,
+               "quantized models: f32 activations instead of 8-bit ones (see generate --help)");
 }
 
 namespace {
@@ -67,6 +69,7 @@ int RunBench(const BenchArgs& a) {
   for (int threads : a.threads) {
     RunnerOptions ro;
     ro.threads = threads;
+    ro.f32_activations = a.f32_activations;
     ro.max_seq_len = std::max(a.prompt_tokens, a.gen_tokens) + 16;
     ModelRunner runner(*lm->model, ro);
     std::vector<int32_t> table(static_cast<size_t>(runner.num_blocks()));
@@ -95,7 +98,8 @@ int RunBench(const BenchArgs& a) {
       if ((prefill ? a.prompt_tokens : a.gen_tokens) <= 0) continue;
       prefill ? run_prefill() : run_decode();  // warm-up
       std::vector<double> runs;
-      for (int r = 0; r < a.repetitions; ++r) runs.push_back(prefill ? run_prefill() : run_decode());
+      for (int r = 0; r < a.repetitions; ++r)
+        runs.push_back(prefill ? run_prefill() : run_decode());
       const Stats s = Summarise(runs);
       std::printf("%-8s %-6d %8lld %12.2f %5.1f-%-6.1f\n", test, threads,
                   static_cast<long long>(prefill ? a.prompt_tokens : a.gen_tokens), s.median, s.min,
@@ -108,14 +112,14 @@ int RunBench(const BenchArgs& a) {
     }
   }
   if (!a.json.empty()) {
-    boost::json::object out{
-        {"engine", "dinfer"},
-        {"model", lm->path},
-        {"isa", std::string(kernels::cpu::IsaName(kernels::cpu::ActiveIsa()))},
-        {"prompt_tokens", a.prompt_tokens},
-        {"gen_tokens", a.gen_tokens},
-        {"repetitions", a.repetitions},
-        {"results", results}};
+    boost::json::object out{{"engine", "dinfer"},
+                            {"model", lm->path},
+                            {"isa", std::string(kernels::cpu::IsaName(kernels::cpu::ActiveIsa()))},
+                            {"prompt_tokens", a.prompt_tokens},
+                            {"gen_tokens", a.gen_tokens},
+                            {"f32_activations", a.f32_activations},
+                            {"repetitions", a.repetitions},
+                            {"results", results}};
     std::ofstream f(a.json);
     f << boost::json::serialize(out) << "\n";
     if (!f) {

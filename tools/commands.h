@@ -24,6 +24,7 @@ struct GenerateArgs {
   bool no_special = false;
   int threads = 0;
   int64_t context = 4096;
+  bool f32_activations = false;
 };
 void AddGenerateFlags(CLI::App& cmd, GenerateArgs& args);
 int RunGenerate(const GenerateArgs& args);
@@ -35,6 +36,7 @@ struct BenchArgs {
   int64_t gen_tokens = 64;
   int repetitions = 5;
   std::string json;
+  bool f32_activations = false;
 };
 void AddBenchFlags(CLI::App& cmd, BenchArgs& args);
 int RunBench(const BenchArgs& args);

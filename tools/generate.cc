@@ -15,7 +15,8 @@ void AddGenerateFlags(CLI::App& cmd, GenerateArgs& a) {
                  "prompt text (special-token markup such as <|im_start|> is recognised)");
   cmd.add_option("--prompt-ids", a.prompt_ids,
                  "prompt as comma-separated token ids, used as given (no BOS added)");
-  cmd.add_option("-n,--max-tokens", a.max_tokens, "tokens to generate at most")->capture_default_str();
+  cmd.add_option("-n,--max-tokens", a.max_tokens, "tokens to generate at most")
+      ->capture_default_str();
   cmd.add_option("--temperature", a.temperature, "sampling temperature; 0 is greedy")
       ->capture_default_str();
   cmd.add_option("--top-p", a.top_p, "nucleus sampling mass (1 = off)")->capture_default_str();
@@ -28,9 +29,13 @@ void AddGenerateFlags(CLI::App& cmd, GenerateArgs& a) {
   cmd.add_flag("--ignore-eos", a.ignore_eos, "keep generating past end-of-sequence tokens");
   cmd.add_flag("--print-ids", a.print_ids,
                "print the generated token ids, comma-separated, instead of text");
-  cmd.add_flag("--no-special", a.no_special, "treat special-token markup in --prompt as plain text");
+  cmd.add_flag("--no-special", a.no_special,
+               "treat special-token markup in --prompt as plain text");
   cmd.add_option("-t,--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd.add_option("-c,--context", a.context, "KV cache size in tokens")->capture_default_str();
+  cmd.add_flag("--f32-activations", a.f32_activations,
+               "quantized models: multiply dequantized weights with f32 activations (the numerics "
+               "of reference implementations; slower) instead of 8-bit activations");
 }
 
 namespace {
@@ -82,6 +87,7 @@ int RunGenerate(const GenerateArgs& a) {
   }
   RunnerOptions ro;
   ro.threads = a.threads;
+  ro.f32_activations = a.f32_activations;
   ro.max_seq_len = std::max<int64_t>(a.context, static_cast<int64_t>(prompt.size()) + a.max_tokens);
   ModelRunner runner(*lm->model, ro);
   GenerateOptions go;
@@ -120,10 +126,11 @@ int RunGenerate(const GenerateArgs& a) {
     return 1;
   }
   const double n = static_cast<double>(result->tokens.size());
-  log::Info("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s)",
-            prompt.size(), result->prefill_seconds,
-            static_cast<double>(prompt.size()) / std::max(1e-9, result->prefill_seconds), n,
-            result->decode_seconds, n / std::max(1e-9, result->decode_seconds));
+  log::Info(
+      "prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s)",
+      prompt.size(), result->prefill_seconds,
+      static_cast<double>(prompt.size()) / std::max(1e-9, result->prefill_seconds), n,
+      result->decode_seconds, n / std::max(1e-9, result->decode_seconds));
   return 0;
 }
 

@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
       "file."};
   app.set_version_flag("--version", "dinfer 0.1.0");
   std::string log_level = "info";
-  app.add_option("--log-level", log_level, "debug, info, warn, error or off")->capture_default_str();
+  app.add_option("--log-level", log_level, "debug, info, warn, error or off")
+      ->capture_default_str();
   app.require_subcommand(1);
 
   dinfer::tools::GenerateArgs gen;

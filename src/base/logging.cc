@@ -26,12 +26,18 @@ spdlog::logger& Logger() {
 void SetLevel(Level level) { g_level.store(level); }
 
 bool SetLevel(std::string_view name) {
-  if (name == "debug") SetLevel(Level::kDebug);
-  else if (name == "info") SetLevel(Level::kInfo);
-  else if (name == "warn") SetLevel(Level::kWarn);
-  else if (name == "error") SetLevel(Level::kError);
-  else if (name == "off") SetLevel(Level::kOff);
-  else return false;
+  if (name == "debug")
+    SetLevel(Level::kDebug);
+  else if (name == "info")
+    SetLevel(Level::kInfo);
+  else if (name == "warn")
+    SetLevel(Level::kWarn);
+  else if (name == "error")
+    SetLevel(Level::kError);
+  else if (name == "off")
+    SetLevel(Level::kOff);
+  else
+    return false;
   return true;
 }
 
@@ -39,11 +45,20 @@ bool Enabled(Level level) { return level >= g_level.load(std::memory_order_relax
 
 void Write(Level level, std::string_view message) {
   switch (level) {
-    case Level::kDebug: Logger().debug(message); break;
-    case Level::kInfo: Logger().info(message); break;
-    case Level::kWarn: Logger().warn(message); break;
-    case Level::kError: Logger().error(message); break;
-    case Level::kOff: break;
+    case Level::kDebug:
+      Logger().debug(message);
+      break;
+    case Level::kInfo:
+      Logger().info(message);
+      break;
+    case Level::kWarn:
+      Logger().warn(message);
+      break;
+    case Level::kError:
+      Logger().error(message);
+      break;
+    case Level::kOff:
+      break;
   }
 }
 

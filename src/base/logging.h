@@ -38,13 +38,12 @@ void Error(fmt::format_string<Args...> f, Args&&... args) {
 
 }  // namespace dinfer::log
 
-#define DINFER_CHECK(cond)                                              \
-  do {                                                                  \
+#define DINFER_CHECK(cond)                                                  \
+  do {                                                                      \
     if (!(cond)) ::dinfer::log::CheckFailed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
 
-#define DINFER_CHECK_MSG(cond, ...)                                                  \
-  do {                                                                               \
-    if (!(cond))                                                                     \
-      ::dinfer::log::CheckFailed(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
+#define DINFER_CHECK_MSG(cond, ...)                                                               \
+  do {                                                                                            \
+    if (!(cond)) ::dinfer::log::CheckFailed(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
   } while (0)

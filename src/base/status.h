@@ -17,8 +17,8 @@ enum class StatusCode {
   kOk = 0,
   kInvalidArgument,
   kNotFound,
-  kDataLoss,        // truncated or malformed file
-  kUnimplemented,   // a known feature we do not support (dtype, architecture)
+  kDataLoss,       // truncated or malformed file
+  kUnimplemented,  // a known feature we do not support (dtype, architecture)
   kOutOfRange,
   kResourceExhausted,
   kFailedPrecondition,
@@ -106,9 +106,9 @@ class [[nodiscard]] StatusOr {
 #define DINFER_CONCAT_INNER_(a, b) a##b
 #define DINFER_CONCAT_(a, b) DINFER_CONCAT_INNER_(a, b)
 
-#define DINFER_RETURN_IF_ERROR(expr)              \
-  do {                                            \
-    ::dinfer::Status dinfer_status_ = (expr);     \
+#define DINFER_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::dinfer::Status dinfer_status_ = (expr);        \
     if (!dinfer_status_.ok()) return dinfer_status_; \
   } while (0)
 

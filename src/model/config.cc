@@ -26,11 +26,16 @@ template <typename T>
 bool GetNumber(const json::object& o, std::string_view key, T* out) {
   const auto* v = o.if_contains(key);
   if (v == nullptr || v->is_null()) return false;
-  if (v->is_int64()) *out = static_cast<T>(v->as_int64());
-  else if (v->is_uint64()) *out = static_cast<T>(v->as_uint64());
-  else if (v->is_double()) *out = static_cast<T>(v->as_double());
-  else if (v->is_bool()) *out = static_cast<T>(v->as_bool());
-  else return false;
+  if (v->is_int64())
+    *out = static_cast<T>(v->as_int64());
+  else if (v->is_uint64())
+    *out = static_cast<T>(v->as_uint64());
+  else if (v->is_double())
+    *out = static_cast<T>(v->as_double());
+  else if (v->is_bool())
+    *out = static_cast<T>(v->as_bool());
+  else
+    return false;
   return true;
 }
 
@@ -64,9 +69,11 @@ Status ModelConfig::Validate() const {
   if (intermediate_size <= 0) return bad("intermediate_size", intermediate_size);
   if (num_layers <= 0) return bad("num_hidden_layers", num_layers);
   if (num_heads <= 0) return bad("num_attention_heads", num_heads);
-  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return bad("num_key_value_heads", num_kv_heads);
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0)
+    return bad("num_key_value_heads", num_kv_heads);
   if (head_dim <= 0 || head_dim % 2 != 0) return bad("head_dim", head_dim);
-  if (rotary_dim <= 0 || rotary_dim > head_dim || rotary_dim % 2 != 0) return bad("rotary_dim", rotary_dim);
+  if (rotary_dim <= 0 || rotary_dim > head_dim || rotary_dim % 2 != 0)
+    return bad("rotary_dim", rotary_dim);
   if (sliding_window < 0) return bad("sliding_window", sliding_window);
   return OkStatus();
 }
@@ -83,9 +90,8 @@ StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, const std::strin
   if (const auto* mt = o.if_contains("model_type"); mt != nullptr && mt->is_string()) {
     model_type = std::string(mt->as_string());
   }
-  if (const auto* a = o.if_contains("architectures"); a != nullptr && a->is_array() &&
-                                                       !a->as_array().empty() &&
-                                                       a->as_array()[0].is_string()) {
+  if (const auto* a = o.if_contains("architectures");
+      a != nullptr && a->is_array() && !a->as_array().empty() && a->as_array()[0].is_string()) {
     c.hf_architecture = std::string(a->as_array()[0].as_string());
   }
   for (const auto& a : kArchs) {
@@ -94,8 +100,9 @@ StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, const std::strin
     }
   }
   if (c.arch.empty()) {
-    return Unimplemented("'{}': architecture '{}' (model_type '{}') is not supported; dinfer supports {}",
-                         path, c.hf_architecture, model_type, SupportedArchitectures());
+    return Unimplemented(
+        "'{}': architecture '{}' (model_type '{}') is not supported; dinfer supports {}", path,
+        c.hf_architecture, model_type, SupportedArchitectures());
   }
   GetNumber(o, "vocab_size", &c.vocab_size);
   GetNumber(o, "hidden_size", &c.hidden_size);
@@ -134,8 +141,8 @@ StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, const std::strin
     } else if (type == "linear") {
       c.rope_scaling.type = RopeScalingType::kLinear;
     } else if (type != "default") {
-      return Unimplemented("'{}': rope scaling type '{}' is not supported (default, linear, llama3)",
-                           path, type);
+      return Unimplemented(
+          "'{}': rope scaling type '{}' is not supported (default, linear, llama3)", path, type);
     }
     GetNumber(*rope, "factor", &c.rope_scaling.factor);
     GetNumber(*rope, "low_freq_factor", &c.rope_scaling.low_freq_factor);
@@ -181,8 +188,10 @@ StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& g) {
     if (*arch == a.gguf) c.arch = std::string(a.arch);
   }
   if (c.arch.empty()) {
-    return Unimplemented("'{}': GGUF architecture '{}' is not supported; dinfer supports llama, qwen2, qwen3, mistral",
-                         g.path(), *arch);
+    return Unimplemented(
+        "'{}': GGUF architecture '{}' is not supported; dinfer supports llama, qwen2, qwen3, "
+        "mistral",
+        g.path(), *arch);
   }
   const std::string p = *arch + ".";
   auto need = [&](const std::string& key, int64_t* out) -> Status {
@@ -217,9 +226,12 @@ StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& g) {
   }
   c.vocab_size = g.GetInt(p + "vocab_size").value_or(c.vocab_size);
   if (const auto* emb = g.FindTensor("token_embd.weight")) c.vocab_size = emb->shape[0];
-  if (auto eos = g.GetInt("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(static_cast<int32_t>(*eos));
-  if (auto eot = g.GetInt("tokenizer.ggml.eot_token_id")) c.eos_token_ids.push_back(static_cast<int32_t>(*eot));
-  if (auto bos = g.GetInt("tokenizer.ggml.bos_token_id")) c.bos_token_id = static_cast<int32_t>(*bos);
+  if (auto eos = g.GetInt("tokenizer.ggml.eos_token_id"))
+    c.eos_token_ids.push_back(static_cast<int32_t>(*eos));
+  if (auto eot = g.GetInt("tokenizer.ggml.eot_token_id"))
+    c.eos_token_ids.push_back(static_cast<int32_t>(*eot));
+  if (auto bos = g.GetInt("tokenizer.ggml.bos_token_id"))
+    c.bos_token_id = static_cast<int32_t>(*bos);
   DINFER_RETURN_IF_ERROR(c.Validate().WithContext(g.path()));
   return c;
 }

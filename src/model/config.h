@@ -22,8 +22,8 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch;                // registry key: "llama", "qwen2", "qwen3", "mistral"
-  std::string hf_architecture;     // e.g. "LlamaForCausalLM" (empty for GGUF)
+  std::string arch;             // registry key: "llama", "qwen2", "qwen3", "mistral"
+  std::string hf_architecture;  // e.g. "LlamaForCausalLM" (empty for GGUF)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -31,16 +31,16 @@ struct ModelConfig {
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
-  int64_t rotary_dim = 0;          // dims of each head that rotate (partial rotary)
+  int64_t rotary_dim = 0;  // dims of each head that rotate (partial rotary)
   int64_t max_position_embeddings = 4096;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
-  bool rope_interleaved = false;   // GGUF llama checkpoints store Q/K permuted for pairwise rope
+  bool rope_interleaved = false;  // GGUF llama checkpoints store Q/K permuted for pairwise rope
   bool tie_word_embeddings = false;
-  bool attention_bias = false;     // q/k/v projections carry biases (Qwen2)
-  bool qk_norm = false;            // per-head RMSNorm on q and k (Qwen3)
-  int64_t sliding_window = 0;      // 0: none
+  bool attention_bias = false;      // q/k/v projections carry biases (Qwen2)
+  bool qk_norm = false;             // per-head RMSNorm on q and k (Qwen3)
+  int64_t sliding_window = 0;       // 0: none
   std::vector<bool> layer_sliding;  // per layer: whether the window applies
   std::vector<int32_t> eos_token_ids;
   int32_t bos_token_id = -1;

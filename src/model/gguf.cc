@@ -6,8 +6,19 @@ namespace dinfer {
 namespace {
 
 enum GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 struct GgmlTypeInfo {
@@ -20,16 +31,16 @@ struct GgmlTypeInfo {
 
 // ggml's type ids. Types we cannot compute with are listed so errors can name them.
 constexpr GgmlTypeInfo kGgmlTypes[] = {
-    {0, "F32", DType::kF32, 1, 4},      {1, "F16", DType::kF16, 1, 2},
-    {2, "Q4_0", DType::kQ4_0, 32, 18},  {3, "Q4_1", DType::kQ4_1, 32, 20},
-    {6, "Q5_0", std::nullopt, 32, 22},  {7, "Q5_1", std::nullopt, 32, 24},
-    {8, "Q8_0", DType::kQ8_0, 32, 34},  {9, "Q8_1", std::nullopt, 32, 36},
-    {10, "Q2_K", std::nullopt, 256, 84}, {11, "Q3_K", std::nullopt, 256, 110},
+    {0, "F32", DType::kF32, 1, 4},        {1, "F16", DType::kF16, 1, 2},
+    {2, "Q4_0", DType::kQ4_0, 32, 18},    {3, "Q4_1", DType::kQ4_1, 32, 20},
+    {6, "Q5_0", std::nullopt, 32, 22},    {7, "Q5_1", std::nullopt, 32, 24},
+    {8, "Q8_0", DType::kQ8_0, 32, 34},    {9, "Q8_1", std::nullopt, 32, 36},
+    {10, "Q2_K", std::nullopt, 256, 84},  {11, "Q3_K", std::nullopt, 256, 110},
     {12, "Q4_K", DType::kQ4_K, 256, 144}, {13, "Q5_K", std::nullopt, 256, 176},
     {14, "Q6_K", DType::kQ6_K, 256, 210}, {15, "Q8_K", std::nullopt, 256, 292},
-    {24, "I8", std::nullopt, 1, 1},     {25, "I16", std::nullopt, 1, 2},
-    {26, "I32", DType::kI32, 1, 4},     {27, "I64", DType::kI64, 1, 8},
-    {28, "F64", std::nullopt, 1, 8},    {30, "BF16", DType::kBF16, 1, 2},
+    {24, "I8", std::nullopt, 1, 1},       {25, "I16", std::nullopt, 1, 2},
+    {26, "I32", DType::kI32, 1, 4},       {27, "I64", DType::kI64, 1, 8},
+    {28, "F64", std::nullopt, 1, 8},      {30, "BF16", DType::kBF16, 1, 2},
 };
 
 const GgmlTypeInfo* FindGgmlType(uint32_t id) {
@@ -65,8 +76,9 @@ class Cursor {
   }
 
   Status Truncated(uint64_t want) const {
-    return DataLoss("'{}' is truncated or malformed: needs {} more bytes at offset {} (file is {} bytes)",
-                    path_, want, pos_, size_);
+    return DataLoss(
+        "'{}' is truncated or malformed: needs {} more bytes at offset {} (file is {} bytes)",
+        path_, want, pos_, size_);
   }
 
  private:
@@ -78,14 +90,54 @@ class Cursor {
 
 Status ReadScalarInt(Cursor& c, uint32_t type, int64_t* out, uint64_t* out_u64) {
   switch (type) {
-    case kU8: { uint8_t v; DINFER_RETURN_IF_ERROR(c.Read(&v)); *out = v; return OkStatus(); }
-    case kI8: { int8_t v; DINFER_RETURN_IF_ERROR(c.Read(&v)); *out = v; return OkStatus(); }
-    case kU16: { uint16_t v; DINFER_RETURN_IF_ERROR(c.Read(&v)); *out = v; return OkStatus(); }
-    case kI16: { int16_t v; DINFER_RETURN_IF_ERROR(c.Read(&v)); *out = v; return OkStatus(); }
-    case kU32: { uint32_t v; DINFER_RETURN_IF_ERROR(c.Read(&v)); *out = v; return OkStatus(); }
-    case kI32: { int32_t v; DINFER_RETURN_IF_ERROR(c.Read(&v)); *out = v; return OkStatus(); }
-    case kBool: { uint8_t v; DINFER_RETURN_IF_ERROR(c.Read(&v)); *out = v != 0; return OkStatus(); }
-    case kI64: { int64_t v; DINFER_RETURN_IF_ERROR(c.Read(&v)); *out = v; return OkStatus(); }
+    case kU8: {
+      uint8_t v;
+      DINFER_RETURN_IF_ERROR(c.Read(&v));
+      *out = v;
+      return OkStatus();
+    }
+    case kI8: {
+      int8_t v;
+      DINFER_RETURN_IF_ERROR(c.Read(&v));
+      *out = v;
+      return OkStatus();
+    }
+    case kU16: {
+      uint16_t v;
+      DINFER_RETURN_IF_ERROR(c.Read(&v));
+      *out = v;
+      return OkStatus();
+    }
+    case kI16: {
+      int16_t v;
+      DINFER_RETURN_IF_ERROR(c.Read(&v));
+      *out = v;
+      return OkStatus();
+    }
+    case kU32: {
+      uint32_t v;
+      DINFER_RETURN_IF_ERROR(c.Read(&v));
+      *out = v;
+      return OkStatus();
+    }
+    case kI32: {
+      int32_t v;
+      DINFER_RETURN_IF_ERROR(c.Read(&v));
+      *out = v;
+      return OkStatus();
+    }
+    case kBool: {
+      uint8_t v;
+      DINFER_RETURN_IF_ERROR(c.Read(&v));
+      *out = v != 0;
+      return OkStatus();
+    }
+    case kI64: {
+      int64_t v;
+      DINFER_RETURN_IF_ERROR(c.Read(&v));
+      *out = v;
+      return OkStatus();
+    }
     case kU64: {
       uint64_t v;
       DINFER_RETURN_IF_ERROR(c.Read(&v));
@@ -93,7 +145,8 @@ Status ReadScalarInt(Cursor& c, uint32_t type, int64_t* out, uint64_t* out_u64) 
       if (out_u64 != nullptr) *out_u64 = v;
       return OkStatus();
     }
-    default: return Internal("not an integer type {}", type);
+    default:
+      return Internal("not an integer type {}", type);
   }
 }
 
@@ -108,13 +161,25 @@ Status ReadValue(Cursor& c, uint32_t type, const std::string& key, const std::st
     int64_t v = 0;
     uint64_t u = 0;
     DINFER_RETURN_IF_ERROR(ReadScalarInt(c, type, &v, &u));
-    if (type == kU64) out->value = u;
-    else out->value = v;
+    if (type == kU64)
+      out->value = u;
+    else
+      out->value = v;
     return OkStatus();
   }
   switch (type) {
-    case kF32: { float v; DINFER_RETURN_IF_ERROR(c.Read(&v)); out->value = double{v}; return OkStatus(); }
-    case kF64: { double v; DINFER_RETURN_IF_ERROR(c.Read(&v)); out->value = v; return OkStatus(); }
+    case kF32: {
+      float v;
+      DINFER_RETURN_IF_ERROR(c.Read(&v));
+      out->value = double{v};
+      return OkStatus();
+    }
+    case kF64: {
+      double v;
+      DINFER_RETURN_IF_ERROR(c.Read(&v));
+      out->value = v;
+      return OkStatus();
+    }
     case kString: {
       std::string s;
       DINFER_RETURN_IF_ERROR(c.ReadString(&s));
@@ -156,7 +221,8 @@ Status ReadValue(Cursor& c, uint32_t type, const std::string& key, const std::st
       return OkStatus();
     }
     default:
-      return DataLoss("'{}' is malformed: metadata '{}' has unknown value type {}", path, key, type);
+      return DataLoss("'{}' is malformed: metadata '{}' has unknown value type {}", path, key,
+                      type);
   }
 }
 
@@ -178,7 +244,8 @@ Status GgufFile::Parse() {
   const std::string& p = file_->path();
   Cursor c(file_->data(), file_->size(), p);
   uint32_t magic = 0;
-  if (file_->size() < 4) return DataLoss("'{}' is not a GGUF file: only {} bytes", p, file_->size());
+  if (file_->size() < 4)
+    return DataLoss("'{}' is not a GGUF file: only {} bytes", p, file_->size());
   DINFER_RETURN_IF_ERROR(c.Read(&magic));
   if (magic != 0x46554747u) return DataLoss("'{}' is not a GGUF file (bad magic)", p);
   DINFER_RETURN_IF_ERROR(c.Read(&version_));
@@ -229,8 +296,9 @@ Status GgufFile::Parse() {
                       t.ggml_type);
     }
     if (ne[0] % info->block_size != 0) {
-      return DataLoss("'{}' is malformed: tensor '{}' row length {} is not a multiple of {}'s block {}",
-                      p, t.name, ne[0], info->name, info->block_size);
+      return DataLoss(
+          "'{}' is malformed: tensor '{}' row length {} is not a multiple of {}'s block {}", p,
+          t.name, ne[0], info->name, info->block_size);
     }
     t.dtype = info->dtype;
     t.nbytes = static_cast<uint64_t>(numel / info->block_size * info->block_bytes);

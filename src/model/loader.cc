@@ -89,8 +89,10 @@ void ReadGenerationConfig(const fs::path& dir, GenerationDefaults* gen) {
     return;
   }
   const auto& o = v.as_object();
-  if (const auto* t = o.if_contains("temperature"); t && t->is_number()) gen->temperature = t->to_number<double>();
-  if (const auto* t = o.if_contains("top_p"); t && t->is_number()) gen->top_p = t->to_number<double>();
+  if (const auto* t = o.if_contains("temperature"); t && t->is_number())
+    gen->temperature = t->to_number<double>();
+  if (const auto* t = o.if_contains("top_p"); t && t->is_number())
+    gen->top_p = t->to_number<double>();
   if (const auto* t = o.if_contains("top_k"); t && t->is_number()) gen->top_k = t->to_number<int>();
   if (const auto* e = o.if_contains("eos_token_id")) {
     std::vector<int32_t> ids;
@@ -202,7 +204,8 @@ StatusOr<LoadedModel> LoadModel(const std::string& ref, const LoadOptions& opt) 
   std::error_code ec;
   if (!fs::exists(path, ec)) return NotFound("model '{}' does not exist", path);
   const auto start = std::chrono::steady_clock::now();
-  StatusOr<LoadedModel> lm = fs::is_directory(path, ec) ? LoadHfDir(path, opt) : LoadGguf(path, opt);
+  StatusOr<LoadedModel> lm =
+      fs::is_directory(path, ec) ? LoadHfDir(path, opt) : LoadGguf(path, opt);
   if (!lm.ok()) return lm.status();
   if (opt.show_progress) {
     const double secs =

@@ -26,7 +26,8 @@ int64_t SafetensorsElemBytes(std::string_view name) {
   if (name == "F64" || name == "I64" || name == "U64") return 8;
   if (name == "F32" || name == "I32" || name == "U32") return 4;
   if (name == "F16" || name == "BF16" || name == "I16" || name == "U16") return 2;
-  if (name == "I8" || name == "U8" || name == "BOOL" || name == "F8_E4M3" || name == "F8_E5M2") return 1;
+  if (name == "I8" || name == "U8" || name == "BOOL" || name == "F8_E4M3" || name == "F8_E5M2")
+    return 1;
   return 0;
 }
 
@@ -43,7 +44,8 @@ StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenDir(
     json::value v = json::parse(text, jec);
     if (jec || !v.is_object() || !v.as_object().contains("weight_map") ||
         !v.at("weight_map").is_object()) {
-      return DataLoss("'{}' is malformed: expected a JSON object with a 'weight_map'", index.string());
+      return DataLoss("'{}' is malformed: expected a JSON object with a 'weight_map'",
+                      index.string());
     }
     std::set<std::string> shards;
     for (const auto& kv : v.at("weight_map").as_object()) {
@@ -106,7 +108,8 @@ Status SafetensorsCheckpoint::AddFile(const std::string& path) {
     std::vector<int64_t> dims;
     int64_t numel = 1;
     for (const auto& d : *shape) {
-      if (!d.is_int64() && !d.is_uint64()) return DataLoss("'{}': '{}' has a bad shape", path, name);
+      if (!d.is_int64() && !d.is_uint64())
+        return DataLoss("'{}': '{}' has a bad shape", path, name);
       dims.push_back(d.to_number<int64_t>());
       if (dims.back() < 0) return DataLoss("'{}': '{}' has a negative dimension", path, name);
       numel *= dims.back();

@@ -32,11 +32,16 @@ std::string WeightSource::Translate(const std::string& hf_name) const {
     if (hf_name == hf) return gg;
   }
   static const std::pair<std::string, std::string> kLayer[] = {
-      {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"},
-      {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
-      {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},    {"input_layernorm", "attn_norm"},
+      {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"},
+      {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"},
+      {"mlp.gate_proj", "ffn_gate"},
+      {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"},
+      {"input_layernorm", "attn_norm"},
       {"post_attention_layernorm", "ffn_norm"},
   };
   static const std::regex kLayerRe(R"(model\.layers\.(\d+)\.(.+)\.(weight|bias))");

@@ -17,8 +17,8 @@ namespace dinfer {
 
 class WeightSource {
  public:
-  static std::unique_ptr<WeightSource> FromSafetensors(
-      std::unique_ptr<SafetensorsCheckpoint> ckpt, std::string where);
+  static std::unique_ptr<WeightSource> FromSafetensors(std::unique_ptr<SafetensorsCheckpoint> ckpt,
+                                                       std::string where);
   static std::unique_ptr<WeightSource> FromGguf(std::shared_ptr<const GgufFile> gguf);
 
   bool Has(const std::string& hf_name) const;

@@ -10,8 +10,8 @@ namespace kc = kernels::cpu;
 
 bool LinearSupports(DType w_dtype) { return kc::MatmulSupports(w_dtype); }
 
-Status Linear(const OpContext& ctx, const TensorView& x, const TensorView& w, const TensorView* bias,
-              const TensorView& y) {
+Status Linear(const OpContext& ctx, const TensorView& x, const TensorView& w,
+              const TensorView* bias, const TensorView& y) {
   const int64_t m = x.rows(), k = x.cols(), n = w.dim(0);
   if (w.ndim != 2 || w.dim(1) != k) {
     return InvalidArgument("linear: weight {} does not match input {}", w.ShapeString(),
@@ -22,6 +22,10 @@ Status Linear(const OpContext& ctx, const TensorView& x, const TensorView& w, co
   }
   if (!kc::MatmulSupports(w.dtype)) {
     return Unimplemented("linear: weight dtype {} is not supported on the CPU", DTypeName(w.dtype));
+  }
+  if (k % BlockSize(w.dtype) != 0) {
+    return InvalidArgument("linear: {} rows of {} elements are not whole {}-element blocks",
+                           DTypeName(w.dtype), k, BlockSize(w.dtype));
   }
   kc::MatmulParams p;
   p.x = x.as<float>();
@@ -35,6 +39,7 @@ Status Linear(const OpContext& ctx, const TensorView& x, const TensorView& w, co
   p.n = n;
   p.k = k;
   p.pool = ctx.pool;
+  p.f32_activations = ctx.f32_activations;
   kc::Matmul(p);
   if (bias != nullptr) {
     for (int64_t r = 0; r < m; ++r) kc::AddInPlace(p.y + r * n, bias->as<float>(), n);

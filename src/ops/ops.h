@@ -14,11 +14,13 @@ namespace dinfer::ops {
 
 struct OpContext {
   ThreadPool* pool = nullptr;
+  // Quantized weights: multiply with f32 activations (reference numerics) instead of 8-bit ones.
+  bool f32_activations = false;
 };
 
 // y[m, n] = x[m, k] · wᵀ (+ bias). w is [n, k] of any supported weight dtype; x, y, bias f32.
-Status Linear(const OpContext& ctx, const TensorView& x, const TensorView& w, const TensorView* bias,
-              const TensorView& y);
+Status Linear(const OpContext& ctx, const TensorView& x, const TensorView& w,
+              const TensorView* bias, const TensorView& y);
 bool LinearSupports(DType w_dtype);
 
 // out = rmsnorm(x) * (weight + offset) over the last dim; out may alias x.
@@ -66,8 +68,8 @@ struct AttentionOptions {
   float softcap = 0.0f;
 };
 
-// Writes k/v ([tokens, kv_heads*head_dim]) into the cache, then attends q ([tokens, heads*head_dim])
-// over each token's sequence; writes out [tokens, heads*head_dim].
+// Writes k/v ([tokens, kv_heads*head_dim]) into the cache, then attends q ([tokens,
+// heads*head_dim]) over each token's sequence; writes out [tokens, heads*head_dim].
 void PagedAttention(const OpContext& ctx, const TensorView& q, const TensorView& k,
                     const TensorView& v, const KvLayerView& kv, const AttentionMetadata& meta,
                     const AttentionOptions& opt, const TensorView& out);

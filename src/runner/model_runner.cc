@@ -14,6 +14,7 @@ int64_t BlocksFor(const RunnerOptions& o) {
 
 ModelRunner::ModelRunner(Model& model, const RunnerOptions& options)
     : model_(model),
+      f32_activations_(options.f32_activations),
       pool_(options.threads > 0 ? options.threads : DefaultThreadCount()),
       kv_(model.config().num_layers, BlocksFor(options), options.block_size, model.kv_dim()) {}
 
@@ -67,7 +68,7 @@ StatusOr<TensorView> ModelRunner::Execute(std::span<const SeqChunk> chunks) {
   in.meta.block_tables = block_tables_;
   in.meta.max_blocks_per_seq = static_cast<int64_t>(max_blocks);
   in.meta.block_size = bs;
-  ops::OpContext ctx{&pool_};
+  ops::OpContext ctx{&pool_, f32_activations_};
   DINFER_RETURN_IF_ERROR(model_.Forward(ctx, in, kv_, logits));
   return logits;
 }

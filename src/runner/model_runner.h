@@ -25,7 +25,9 @@ struct RunnerOptions {
   int64_t num_blocks = 0;  // 0: enough for max_seq_len of one sequence
   int64_t block_size = 16;
   int64_t max_seq_len = 4096;
-  int threads = 0;         // 0: all available cores
+  int threads = 0;  // 0: all available cores
+  // Quantized weights: f32 activations (reference numerics, slower) instead of 8-bit ones.
+  bool f32_activations = false;
 };
 
 class ModelRunner {
@@ -42,6 +44,7 @@ class ModelRunner {
 
  private:
   Model& model_;
+  bool f32_activations_;
   ThreadPool pool_;
   KvStorage kv_;
   std::vector<int32_t> tokens_, token_seq_, positions_, block_tables_, logits_rows_;

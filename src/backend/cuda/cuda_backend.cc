@@ -23,7 +23,8 @@ int DeviceCount() {
 
 StatusOr<DeviceInfo> GetDeviceInfo(int device) {
   cudaDeviceProp prop{};
-  DINFER_RETURN_IF_ERROR(FromCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+  DINFER_RETURN_IF_ERROR(
+      FromCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
   DeviceInfo info;
   info.index = device;
   info.name = prop.name;
@@ -56,12 +57,14 @@ DeviceBuffer::~DeviceBuffer() {
 }
 
 Status DeviceBuffer::CopyFromHost(const void* src, size_t bytes) {
-  if (bytes > bytes_) return InvalidArgument("copy of {} bytes into a {}-byte buffer", bytes, bytes_);
+  if (bytes > bytes_)
+    return InvalidArgument("copy of {} bytes into a {}-byte buffer", bytes, bytes_);
   return FromCuda(cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
 }
 
 Status DeviceBuffer::CopyToHost(void* dst, size_t bytes) const {
-  if (bytes > bytes_) return InvalidArgument("copy of {} bytes from a {}-byte buffer", bytes, bytes_);
+  if (bytes > bytes_)
+    return InvalidArgument("copy of {} bytes from a {}-byte buffer", bytes, bytes_);
   return FromCuda(cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
 }
 

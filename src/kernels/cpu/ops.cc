@@ -74,7 +74,8 @@ void RmsNormReference(const RmsNormParams& p) {
     for (int64_t i = 0; i < p.dim; ++i) ss += double{p.x[r * xs + i]} * p.x[r * xs + i];
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(p.dim) + p.eps);
     for (int64_t i = 0; i < p.dim; ++i) {
-      p.out[r * os + i] = static_cast<float>(p.x[r * xs + i] * inv * (p.weight[i] + p.weight_offset));
+      p.out[r * os + i] =
+          static_cast<float>(p.x[r * xs + i] * inv * (p.weight[i] + p.weight_offset));
     }
   }
 }
@@ -111,7 +112,8 @@ void RopeReference(const RopeParams& p) {
     for (int64_t h = 0; h < p.num_heads; ++h) {
       float* x = p.x + r * rs + h * p.head_dim;
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(static_cast<float>(p.positions[r]) * p.inv_freq[i]);
+        const double angle =
+            static_cast<double>(static_cast<float>(p.positions[r]) * p.inv_freq[i]);
         const double c = std::cos(angle) * p.attention_scaling;
         const double s = std::sin(angle) * p.attention_scaling;
         const int64_t a = p.interleaved ? 2 * i : i;
@@ -128,7 +130,8 @@ void SiluMul(const SiluMulParams& p) {
   const int64_t gs = p.gate_stride ? p.gate_stride : p.dim;
   const int64_t us = p.up_stride ? p.up_stride : p.dim;
   const int64_t os = p.out_stride ? p.out_stride : p.dim;
-  for (int64_t r = 0; r < p.rows; ++r) SiluMulRow(p.gate + r * gs, p.up + r * us, p.out + r * os, p.dim);
+  for (int64_t r = 0; r < p.rows; ++r)
+    SiluMulRow(p.gate + r * gs, p.up + r * us, p.out + r * os, p.dim);
 }
 
 void AddInPlace(float* y, const float* x, int64_t n) { AddLoop(y, x, n); }

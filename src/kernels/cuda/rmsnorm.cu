@@ -34,7 +34,8 @@ __global__ void RmsNormKernel(RmsNormParams p) {
 
 int RmsNorm(const RmsNormParams& p, void* stream) {
   if (p.rows == 0) return 0;
-  RmsNormKernel<<<static_cast<unsigned>(p.rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  RmsNormKernel<<<static_cast<unsigned>(p.rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      p);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -38,7 +38,8 @@ std::vector<float> RopeInvFreq(const ModelConfig& c) {
 StatusOr<std::unique_ptr<Model>> DecoderModel::Build(const ModelConfig& c, WeightSource& w,
                                                      const DecoderOptions& options) {
   std::unique_ptr<DecoderModel> m(new DecoderModel(c, options));
-  DINFER_ASSIGN_OR_RETURN(m->embed_, w.Get("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
+  DINFER_ASSIGN_OR_RETURN(m->embed_,
+                          w.Get("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
   DINFER_ASSIGN_OR_RETURN(m->final_norm_, w.GetF32("model.norm.weight", {c.hidden_size}));
   if (!c.tie_word_embeddings && w.Has("lm_head.weight")) {
     DINFER_ASSIGN_OR_RETURN(m->lm_head_, w.Get("lm_head.weight", {c.vocab_size, c.hidden_size}));
@@ -52,11 +53,13 @@ StatusOr<std::unique_ptr<Model>> DecoderModel::Build(const ModelConfig& c, Weigh
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer layer;
-    DINFER_ASSIGN_OR_RETURN(layer.input_norm, w.GetF32(p + "input_layernorm.weight", {c.hidden_size}));
+    DINFER_ASSIGN_OR_RETURN(layer.input_norm,
+                            w.GetF32(p + "input_layernorm.weight", {c.hidden_size}));
     DINFER_ASSIGN_OR_RETURN(layer.post_norm,
                             w.GetF32(p + "post_attention_layernorm.weight", {c.hidden_size}));
     DINFER_ASSIGN_OR_RETURN(layer.attn, AttentionLayer::Load(w, c, i));
-    DINFER_ASSIGN_OR_RETURN(layer.mlp, GatedMlp::Load(w, p + "mlp.", c.hidden_size, c.intermediate_size));
+    DINFER_ASSIGN_OR_RETURN(layer.mlp,
+                            GatedMlp::Load(w, p + "mlp.", c.hidden_size, c.intermediate_size));
     m->layers_.push_back(std::move(layer));
   }
   m->inv_freq_ = RopeInvFreq(c);
@@ -69,7 +72,8 @@ Status DecoderModel::Forward(const ops::OpContext& ctx, const ForwardInput& in, 
   const int64_t n = static_cast<int64_t>(in.tokens.size());
   const int64_t h = c.hidden_size;
   if (n == 0) return OkStatus();
-  if (logits.rows() != static_cast<int64_t>(in.logits_rows.size()) || logits.cols() != c.vocab_size) {
+  if (logits.rows() != static_cast<int64_t>(in.logits_rows.size()) ||
+      logits.cols() != c.vocab_size) {
     return InvalidArgument("forward: logits buffer {} does not fit {} rows of {}",
                            logits.ShapeString(), in.logits_rows.size(), c.vocab_size);
   }

@@ -20,8 +20,8 @@ namespace fs = std::filesystem;
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("dinfer_test_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
+    path_ = fs::temp_directory_path() /
+            ("dinfer_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -149,7 +149,8 @@ TEST(SafetensorsErrors, SizeMismatch) {
 
 TEST(SafetensorsErrors, ShardIndexNamesMissingFile) {
   TempDir d;
-  d.Write("model.safetensors.index.json", R"({"weight_map":{"w":"model-00001-of-00002.safetensors"}})");
+  d.Write("model.safetensors.index.json",
+          R"({"weight_map":{"w":"model-00001-of-00002.safetensors"}})");
   auto c = SafetensorsCheckpoint::OpenDir(d.path());
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
@@ -157,7 +158,8 @@ TEST(SafetensorsErrors, ShardIndexNamesMissingFile) {
 }
 
 TEST(ConfigErrors, UnknownArchitecture) {
-  auto c = ParseHfConfig(R"({"architectures":["FooForCausalLM"],"model_type":"foo"})", "config.json");
+  auto c =
+      ParseHfConfig(R"({"architectures":["FooForCausalLM"],"model_type":"foo"})", "config.json");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(c.status().message().find("FooForCausalLM"), std::string::npos);

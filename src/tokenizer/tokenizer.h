@@ -1,0 +1,117 @@
+// Tokenizer: text <-> token ids for byte-level BPE models, loaded from HF tokenizer.json (plus
+// tokenizer_config.json) or from a GGUF file's tokenizer.* metadata, agreeing token for token with
+// HF `tokenizers`. IncrementalDetokenizer turns a stream of ids into UTF-8-safe text deltas.
+// A Tokenizer is immutable after loading (its BPE word cache is internally locked): Encode and
+// Decode are safe from any thread. An IncrementalDetokenizer belongs to one stream (one thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "tokenizer/added_vocab.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/pre_tokenizer.h"
+
+namespace dinfer::tokenizer {
+
+// What a GGUF file's tokenizer.* metadata holds; the model loader fills it.
+struct GgufTokenizerSpec {
+  std::string model;  // tokenizer.ggml.model: "gpt2" (byte-level BPE); "llama" is not supported yet
+  std::string pre;    // tokenizer.ggml.pre: selects the pre-tokenizer ("smollm", "llama-bpe", ...)
+  std::vector<std::string> tokens;   // tokenizer.ggml.tokens
+  std::vector<int32_t> token_types;  // 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused,
+                                     // 6 byte; empty: all normal
+  std::vector<std::string> merges;   // tokenizer.ggml.merges ("a b")
+  std::optional<int32_t> bos_id, eos_id, eot_id, unk_id, pad_id;
+  bool add_bos = false;  // tokenizer.ggml.add_bos_token
+  std::string chat_template;
+};
+
+// Everything a Tokenizer is built from, whatever the file format; the loaders fill it.
+struct TokenizerDefinition {
+  std::vector<std::pair<std::string, int32_t>> vocab;  // tokens as the model spells them
+  std::vector<std::pair<std::string, std::string>> merges;
+  BpeOptions bpe;
+  std::vector<AddedToken> added_tokens;
+  bool nfc = false;  // NFC normalizer
+  std::vector<PreTokenizerStep> pre_tokenizer;
+  // Tokens whose text is literal rather than byte-level spelled (GGUF user-defined tokens).
+  std::vector<int32_t> raw_text_ids;
+  std::optional<int32_t> bos_id;
+  std::vector<int32_t> eos_ids;
+  bool add_bos = false;
+  std::string chat_template;
+};
+
+class Tokenizer {
+ public:
+  // `tokenizer_config_json` may be empty (then no bos/eos/chat template).
+  static StatusOr<std::unique_ptr<Tokenizer>> FromTokenizerJson(
+      std::string_view json_text, std::string_view tokenizer_config_json);
+  // A directory holding tokenizer.json, or the tokenizer.json file itself; tokenizer_config.json,
+  // generation_config.json (more eos ids) and chat_template.jinja beside it are read if present.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromTokenizerJsonFile(const std::string& dir_or_file);
+  static StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufTokenizerSpec& spec);
+  // What both loaders end with; also for tests and tokenizers assembled in code.
+  static StatusOr<std::unique_ptr<Tokenizer>> Build(TokenizerDefinition definition);
+
+  // parse_special: text matching a special token's content becomes that token; otherwise it is
+  // plain text (non-special added tokens always match). No BOS is added: see add_bos().
+  std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const;
+  // Unknown ids are skipped; ill-formed UTF-8 in the joined bytes becomes U+FFFD.
+  std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // The raw bytes a token stands for (empty for an unknown id).
+  const std::string& TokenBytes(int32_t id) const;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(token_bytes_.size()); }
+  // The id of an added token's content or of a vocabulary entry (as the vocabulary spells it).
+  std::optional<int32_t> TokenId(std::string_view token_content) const;
+  std::optional<int32_t> bos_id() const { return bos_id_; }
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  bool add_bos() const { return add_bos_; }
+  bool IsSpecial(int32_t id) const;
+  const std::string& chat_template() const { return chat_template_; }
+
+ private:
+  struct Scratch;
+  Tokenizer() = default;
+  void EncodeText(std::string_view text, Scratch* scratch, std::vector<int32_t>* ids) const;
+  void EncodeSegment(std::string_view text, bool parse_special, Scratch* scratch,
+                     std::vector<int32_t>* ids) const;
+
+  std::unique_ptr<AddedVocab> added_;
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<BpeModel> model_;
+  bool nfc_ = false;
+  std::vector<std::string> token_bytes_;  // by id
+  std::vector<uint8_t> special_;          // by id
+  std::optional<int32_t> bos_id_;
+  std::vector<int32_t> eos_ids_;
+  bool add_bos_ = false;
+  std::string chat_template_;
+};
+
+// Streams decoded text: Push returns only complete UTF-8; a multi-byte sequence split across
+// tokens is held until it completes. Concatenating every Push and the final Flush gives exactly
+// Decode(all ids, skip_special).
+class IncrementalDetokenizer {
+ public:
+  explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special = true)
+      : tokenizer_(tokenizer), skip_special_(skip_special) {}
+  std::string Push(int32_t id);
+  // The held-back rest (an incomplete sequence becomes U+FFFD); the stream starts over.
+  std::string Flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  std::string pending_;  // bytes of an incomplete UTF-8 sequence
+};
+
+}  // namespace dinfer::tokenizer
