@@ -121,6 +121,7 @@ int RunGenerate(const GenerateArgs& a) {
     std::fwrite(rest.data(), 1, rest.size(), stdout);
   }
   std::printf("\n");
+  std::fflush(stdout);
   if (!result.ok()) {
     std::fprintf(stderr, "dinfer generate: %s\n", result.status().ToString().c_str());
     return 1;
