@@ -10,8 +10,10 @@ namespace kc = kernels::cpu;
 
 bool LinearSupports(DType w_dtype) { return kc::MatmulSupports(w_dtype); }
 
-Status Linear(const OpContext& ctx, const TensorView& x, const TensorView& w,
-              const TensorView* bias, const TensorView& y) {
+namespace {
+
+StatusOr<kc::MatmulParams> LinearParams(const OpContext& ctx, const TensorView& x,
+                                        const TensorView& w, const TensorView& y) {
   const int64_t m = x.rows(), k = x.cols(), n = w.dim(0);
   if (w.ndim != 2 || w.dim(1) != k) {
     return InvalidArgument("linear: weight {} does not match input {}", w.ShapeString(),
@@ -40,9 +42,38 @@ Status Linear(const OpContext& ctx, const TensorView& x, const TensorView& w,
   p.k = k;
   p.pool = ctx.pool;
   p.f32_activations = ctx.f32_activations;
+  return p;
+}
+
+void AddBias(const TensorView& y, const TensorView& bias) {
+  const int64_t n = y.cols();
+  for (int64_t r = 0; r < y.rows(); ++r) kc::AddInPlace(y.as<float>() + r * n, bias.as<float>(), n);
+}
+
+}  // namespace
+
+Status Linear(const OpContext& ctx, const TensorView& x, const TensorView& w,
+              const TensorView* bias, const TensorView& y) {
+  DINFER_ASSIGN_OR_RETURN(kc::MatmulParams p, LinearParams(ctx, x, w, y));
   kc::Matmul(p);
-  if (bias != nullptr) {
-    for (int64_t r = 0; r < m; ++r) kc::AddInPlace(p.y + r * n, bias->as<float>(), n);
+  if (bias != nullptr) AddBias(y, *bias);
+  return OkStatus();
+}
+
+Status LinearShared(const OpContext& ctx, const TensorView& x, std::span<const TensorView> ws,
+                    std::span<const TensorView* const> biases, std::span<const TensorView> ys) {
+  constexpr size_t kMax = 4;
+  if (ws.size() != ys.size() || ws.size() != biases.size() || ws.size() > kMax) {
+    return InvalidArgument("linear: {} weights, {} biases, {} outputs", ws.size(), biases.size(),
+                           ys.size());
+  }
+  kc::MatmulParams ps[kMax];
+  for (size_t i = 0; i < ws.size(); ++i) {
+    DINFER_ASSIGN_OR_RETURN(ps[i], LinearParams(ctx, x, ws[i], ys[i]));
+  }
+  kc::MatmulShared(std::span<const kc::MatmulParams>(ps, ws.size()));
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (biases[i] != nullptr) AddBias(ys[i], *biases[i]);
   }
   return OkStatus();
 }

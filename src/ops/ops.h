@@ -23,6 +23,11 @@ Status Linear(const OpContext& ctx, const TensorView& x, const TensorView& w,
               const TensorView* bias, const TensorView& y);
 bool LinearSupports(DType w_dtype);
 
+// Several linears of the same input (q/k/v, gate/up) in one pass: ys[i] = x · ws[i]ᵀ (+ biases[i]).
+// biases[i] may be null.
+Status LinearShared(const OpContext& ctx, const TensorView& x, std::span<const TensorView> ws,
+                    std::span<const TensorView* const> biases, std::span<const TensorView> ys);
+
 // out = rmsnorm(x) * (weight + offset) over the last dim; out may alias x.
 void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight, float eps,
              const TensorView& out, float weight_offset = 0.0f);

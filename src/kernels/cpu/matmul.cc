@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "base/half.h"
@@ -58,13 +59,19 @@ constexpr int64_t kDecodeRows = 8;
 constexpr int64_t kTileRows = 64;
 constexpr int64_t kTileWeightBytes = 256 << 10;
 
-// Runs the tile function over the m x n outputs, split into tiles, on the pool if it has more
-// than one thread. Consecutive tiles share weight rows (row tiles vary fastest).
-template <typename Fn>
-void RunTiles(const Fn& fn, const Tile& whole, ThreadPool* pool) {
+// One tile of work: the kernel to run on it, or, for quantized weights with f32 activations, the
+// weight type to dequantize before running the f32 kernel.
+struct TileTask {
+  Tile tile;
+  internal::TileFn fn = nullptr;
+  DType dequantize = DType::kF32;
+};
+
+// Cuts the m x n outputs of `whole` into tiles; consecutive tiles share weight rows (row tiles
+// vary fastest).
+void PlanTiles(const Tile& whole, int threads, bool parallel, internal::TileFn fn, DType dequantize,
+               std::vector<TileTask>* out) {
   const int64_t m = whole.rows, n = whole.cols;
-  const int threads = pool != nullptr ? pool->num_threads() : 1;
-  const bool parallel = threads > 1 && m * n * whole.k >= kMinParallelWork;
   const int64_t row_block = m <= kDecodeRows ? m : std::min(m, kTileRows);
   const int64_t row_tasks = CeilDiv(m, row_block);
   int64_t col_block = n;
@@ -81,22 +88,55 @@ void RunTiles(const Fn& fn, const Tile& whole, ThreadPool* pool) {
   }
   col_block = std::min(col_block, n);
   const int64_t col_tasks = CeilDiv(n, col_block);
-  const auto run = [&](int64_t task) {
+  for (int64_t task = 0; task < row_tasks * col_tasks; ++task) {
     const int64_t r0 = task % row_tasks * row_block, c0 = task / row_tasks * col_block;
-    Tile t = whole;
+    TileTask tt{whole, fn, dequantize};
+    Tile& t = tt.tile;
     t.x = whole.x + r0 * whole.x_stride;
     t.w = whole.w + c0 * whole.w_stride;
     t.y = whole.y + r0 * whole.y_stride + c0;
     t.rows = std::min(row_block, m - r0);
     t.cols = std::min(col_block, n - c0);
-    fn(t);
+    out->push_back(tt);
+  }
+}
+
+// f32 activations with quantized weights: dequantizes the tile's weight rows a few at a time, so
+// they stay in L1/L2, and runs the f32 kernel over them.
+void RunDequantizedTile(const TileTask& task) {
+  constexpr int64_t kRowsPerChunk = 16;
+  const Tile& t = task.tile;
+  static thread_local Scratch scratch;
+  auto* w = reinterpret_cast<float*>(scratch.Get(kRowsPerChunk * t.k * 4));
+  for (int64_t c0 = 0; c0 < t.cols; c0 += kRowsPerChunk) {
+    const int64_t nc = std::min(kRowsPerChunk, t.cols - c0);
+    for (int64_t j = 0; j < nc; ++j) {
+      DequantizeRow(task.dequantize, t.w + (c0 + j) * t.w_stride, w + j * t.k, t.k);
+    }
+    Tile sub = t;
+    sub.w = reinterpret_cast<const uint8_t*>(w);
+    sub.w_stride = t.k * 4;
+    sub.y = t.y + c0;
+    sub.cols = nc;
+    task.fn(sub);
+  }
+}
+
+void RunTasks(const std::vector<TileTask>& tasks, ThreadPool* pool, bool parallel) {
+  const auto run = [&](int64_t i) {
+    const TileTask& t = tasks[i];
+    if (IsQuantized(t.dequantize)) {
+      RunDequantizedTile(t);
+    } else {
+      t.fn(t.tile);
+    }
   };
-  const int64_t tasks = row_tasks * col_tasks;
-  if (!parallel || tasks == 1) {
-    for (int64_t task = 0; task < tasks; ++task) run(task);
+  const int64_t n = static_cast<int64_t>(tasks.size());
+  if (!parallel || n == 1) {
+    for (int64_t i = 0; i < n; ++i) run(i);
     return;
   }
-  pool->ParallelFor(tasks, [&](int, int64_t task) { run(task); });
+  pool->ParallelFor(n, [&](int, int64_t i) { run(i); });
 }
 
 bool ValidShape(const MatmulParams& p) {
@@ -198,30 +238,6 @@ void Store(const MatmulParams& p, const Resolved& s, int64_t r, int64_t j, doubl
   out = static_cast<float>(p.accumulate ? out + v : v);
 }
 
-// f32 activations with quantized weights: each tile dequantizes its weight rows, a few at a
-// time so they stay in L1/L2, and runs the f32 kernel over them.
-void RunDequantizedTiles(const MatmulParams& p, const Tile& whole, const KernelSet& kernels) {
-  constexpr int64_t kRowsPerChunk = 16;
-  const internal::TileFn f32_tile = kernels.tile[static_cast<int>(DType::kF32)];
-  const DType type = p.w_dtype;
-  const auto fn = [&](const Tile& t) {
-    static thread_local Scratch scratch;
-    auto* w = reinterpret_cast<float*>(scratch.Get(kRowsPerChunk * t.k * 4));
-    for (int64_t c0 = 0; c0 < t.cols; c0 += kRowsPerChunk) {
-      const int64_t nc = std::min(kRowsPerChunk, t.cols - c0);
-      for (int64_t j = 0; j < nc; ++j)
-        DequantizeRow(type, t.w + (c0 + j) * t.w_stride, w + j * t.k, t.k);
-      Tile sub = t;
-      sub.w = reinterpret_cast<const uint8_t*>(w);
-      sub.w_stride = t.k * 4;
-      sub.y = t.y + c0;
-      sub.cols = nc;
-      f32_tile(sub);
-    }
-  };
-  RunTiles(fn, whole, p.pool);
-}
-
 }  // namespace
 
 bool MatmulSupports(DType t) {
@@ -240,49 +256,76 @@ bool MatmulSupports(DType t) {
   }
 }
 
-void Matmul(const MatmulParams& p) {
-  if (!ValidShape(p)) return;
-  const Resolved s = Resolve(p);
-  if (p.k == 0) {
-    ZeroOutputs(p, s);
+void Matmul(const MatmulParams& p) { MatmulShared(std::span(&p, 1)); }
+
+void MatmulShared(std::span<const MatmulParams> ps) {
+  if (ps.empty()) return;
+  const MatmulParams& p0 = ps[0];
+  bool shared = true;
+  for (const MatmulParams& p : ps) {
+    const bool q0 = IsQuantized(p0.w_dtype) && !p0.f32_activations;
+    const bool q = IsQuantized(p.w_dtype) && !p.f32_activations;
+    shared = shared && ValidShape(p) && p.x == p0.x && p.m == p0.m && p.k == p0.k &&
+             Resolve(p).x_stride == Resolve(p0).x_stride && p.pool == p0.pool && q == q0 &&
+             (!q || ActFormatFor(p.w_dtype) == ActFormatFor(p0.w_dtype));
+  }
+  if (!shared && ps.size() > 1) {
+    for (const MatmulParams& p : ps) Matmul(p);
     return;
   }
+  if (!ValidShape(p0)) return;
   const KernelSet& kernels = ActiveKernels();
-  Tile t;
-  t.w = s.w;
-  t.w_stride = s.w_stride;
-  t.y = p.y;
-  t.y_stride = s.y_stride;
-  t.rows = p.m;
-  t.cols = p.n;
-  t.k = p.k;
-  t.accumulate = p.accumulate;
-  if (!IsQuantized(p.w_dtype) || p.f32_activations) {
-    t.x = reinterpret_cast<const uint8_t*>(p.x);
-    t.x_stride = s.x_stride * static_cast<int64_t>(sizeof(float));
+  const Resolved s0 = Resolve(p0);
+  Tile base;
+  base.rows = p0.m;
+  base.k = p0.k;
+  if (p0.k == 0) {
+    for (const MatmulParams& p : ps) ZeroOutputs(p, Resolve(p));
+    return;
+  }
+  if (!IsQuantized(p0.w_dtype) || p0.f32_activations) {
+    base.x = reinterpret_cast<const uint8_t*>(p0.x);
+    base.x_stride = s0.x_stride * static_cast<int64_t>(sizeof(float));
   } else {
-    const ActFormat format = ActFormatFor(p.w_dtype);
-    const int64_t row_bytes = ActRowBytes(format, p.k);
+    // The activations are quantized once for every product.
+    const ActFormat format = ActFormatFor(p0.w_dtype);
+    const int64_t row_bytes = ActRowBytes(format, p0.k);
     static thread_local Scratch scratch;
-    uint8_t* acts = scratch.Get(p.m * row_bytes);
+    uint8_t* acts = scratch.Get(p0.m * row_bytes);
     const auto quantize = [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        kernels.quantize_acts(format, p.x + r * s.x_stride, acts + r * row_bytes, p.k);
+        kernels.quantize_acts(format, p0.x + r * s0.x_stride, acts + r * row_bytes, p0.k);
       }
     };
-    if (p.pool != nullptr && p.m >= 16) {
-      p.pool->ParallelRanges(p.m, [&](int, int64_t r0, int64_t r1) { quantize(r0, r1); });
+    if (p0.pool != nullptr && p0.m >= 16) {
+      p0.pool->ParallelRanges(p0.m, [&](int, int64_t r0, int64_t r1) { quantize(r0, r1); });
     } else {
-      quantize(0, p.m);
+      quantize(0, p0.m);
     }
-    t.x = acts;
-    t.x_stride = row_bytes;
+    base.x = acts;
+    base.x_stride = row_bytes;
   }
-  if (IsQuantized(p.w_dtype) && p.f32_activations) {
-    RunDequantizedTiles(p, t, kernels);
-    return;
+  const int threads = p0.pool != nullptr ? p0.pool->num_threads() : 1;
+  int64_t work = 0;
+  for (const MatmulParams& p : ps) work += p.m * p.n * p.k;
+  const bool parallel = threads > 1 && work >= kMinParallelWork;
+  thread_local std::vector<TileTask> tasks;
+  tasks.clear();
+  for (const MatmulParams& p : ps) {
+    const Resolved s = Resolve(p);
+    Tile t = base;
+    t.w = s.w;
+    t.w_stride = s.w_stride;
+    t.y = p.y;
+    t.y_stride = s.y_stride;
+    t.cols = p.n;
+    t.accumulate = p.accumulate;
+    const bool dequantize = IsQuantized(p.w_dtype) && p.f32_activations;
+    const DType kernel_type = dequantize ? DType::kF32 : p.w_dtype;
+    PlanTiles(t, threads, parallel, kernels.tile[static_cast<int>(kernel_type)],
+              dequantize ? p.w_dtype : DType::kF32, &tasks);
   }
-  RunTiles(kernels.tile[static_cast<int>(p.w_dtype)], t, p.pool);
+  RunTasks(tasks, p0.pool, parallel);
 }
 
 void MatmulReference(const MatmulParams& p) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
@@ -39,6 +40,12 @@ bool MatmulSupports(DType w_dtype);
 // the fly and accumulated in f32. For quantized weights the rows of x are first quantized to
 // 8 bits (ActFormatFor(w_dtype), see quant.h) and dotted in integer arithmetic; x must be finite.
 void Matmul(const MatmulParams& p);
+
+// Several products of the same activations (q/k/v, or gate/up): x is quantized once and every
+// output is computed in one parallel loop. Products must share x, x_stride, m, k, pool and
+// f32_activations, and quantized weights the same activation format (ActFormatFor); otherwise
+// they run one by one. Results equal those of separate Matmul calls.
+void MatmulShared(std::span<const MatmulParams> ps);
 
 // The oracle: dequantizes each weight row to f32 and accumulates x·w in double.
 void MatmulReference(const MatmulParams& p);

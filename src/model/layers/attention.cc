@@ -65,9 +65,10 @@ Status AttentionLayer::Forward(const ops::OpContext& ctx, const TensorView& x,
   const int64_t n = x.rows();
   TensorView q = Head(s.q, n), k = Head(s.k, n), v = Head(s.v, n), attn = Head(s.attn, n);
   auto bias = [](const std::optional<TensorView>& b) { return b ? &*b : nullptr; };
-  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, w_.q, bias(w_.q_bias), q));
-  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, w_.k, bias(w_.k_bias), k));
-  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, w_.v, bias(w_.v_bias), v));
+  const TensorView ws[] = {w_.q, w_.k, w_.v};
+  const TensorView* const biases[] = {bias(w_.q_bias), bias(w_.k_bias), bias(w_.v_bias)};
+  const TensorView ys[] = {q, k, v};
+  DINFER_RETURN_IF_ERROR(ops::LinearShared(ctx, x, ws, biases, ys));
   if (w_.q_norm) {
     ops::HeadRmsNorm(ctx, q, opt_.num_heads, *w_.q_norm, norm_eps_);
     ops::HeadRmsNorm(ctx, k, opt_.num_kv_heads, *w_.k_norm, norm_eps_);

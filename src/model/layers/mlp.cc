@@ -27,8 +27,10 @@ Status GatedMlp::Forward(const ops::OpContext& ctx, const TensorView& x, Scratch
     return TensorView::Make(t.view().data, DType::kF32, {n, t.view().cols()});
   };
   TensorView gate = rows(s.gate), up = rows(s.up), act = rows(s.act);
-  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, gate_, nullptr, gate));
-  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, up_, nullptr, up));
+  const TensorView ws[] = {gate_, up_};
+  const TensorView* const biases[] = {nullptr, nullptr};
+  const TensorView ys[] = {gate, up};
+  DINFER_RETURN_IF_ERROR(ops::LinearShared(ctx, x, ws, biases, ys));
   ops::SiluMul(ctx, gate, up, act);
   return ops::Linear(ctx, act, down_, nullptr, out);
 }
