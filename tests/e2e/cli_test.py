@@ -7,8 +7,11 @@ bad input fails with a clear message and a non-zero exit code.
 """
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
+import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -33,6 +36,37 @@ class GenerateTest(unittest.TestCase):
                 out = dinfer("generate", "--model", d, "--prompt-ids", ids, "-n", "16", "--print-ids",
                              "--ignore-eos", "--threads", "2").stdout.strip()
                 self.assertEqual([int(t) for t in out.split(",")], fx["decode_ids"])
+
+    def test_sharded_checkpoint_loads(self):
+        src = os.path.join(ROOT, "tests", "data", "models", "llama")
+        with open(os.path.join(src, "fixture.json")) as f:
+            fx = json.load(f)
+        with open(os.path.join(src, "model.safetensors"), "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+            data = f.read()
+        header.pop("__metadata__", None)
+        names = sorted(header)
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copy(os.path.join(src, "config.json"), d)
+            weight_map = {}
+            for i, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
+                shard = f"model-{i + 1:05d}-of-00002.safetensors"
+                blob, head = b"", {}
+                for name in part:
+                    b, e = header[name]["data_offsets"]
+                    head[name] = dict(header[name], data_offsets=[len(blob), len(blob) + e - b])
+                    blob += data[b:e]
+                    weight_map[name] = shard
+                hb = json.dumps(head).encode()
+                with open(os.path.join(d, shard), "wb") as f:
+                    f.write(struct.pack("<Q", len(hb)) + hb + blob)
+            with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+                json.dump({"metadata": {}, "weight_map": weight_map}, f)
+            ids = ",".join(map(str, fx["prompt_ids"]))
+            out = dinfer("generate", "--model", d, "--prompt-ids", ids, "-n", "16", "--print-ids",
+                         "--ignore-eos").stdout.strip()
+            self.assertEqual([int(t) for t in out.split(",")], fx["decode_ids"])
 
     def test_default_model_streams_text(self):
         prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
