@@ -1,8 +1,11 @@
 #include <cstdio>
 #include <sstream>
 
+#include <chrono>
+#include <optional>
 #include "base/logging.h"
-#include "engine/generate.h"
+
+#include "engine/engine_core.h"
 #include "model/loader.h"
 #include "tools/commands.h"
 
@@ -85,53 +88,77 @@ int RunGenerate(const GenerateArgs& a) {
     auto ids = tok.Encode(a.prompt, !a.no_special);
     prompt.insert(prompt.end(), ids.begin(), ids.end());
   }
-  RunnerOptions ro;
-  ro.threads = a.threads;
-  ro.f32_activations = a.f32_activations;
-  ro.max_seq_len = std::max<int64_t>(a.context, static_cast<int64_t>(prompt.size()) + a.max_tokens);
-  ModelRunner runner(*lm->model, ro);
-  GenerateOptions go;
-  go.max_tokens = a.max_tokens;
-  go.sampling.temperature = a.temperature;
-  go.sampling.top_p = a.top_p;
-  go.sampling.top_k = a.top_k;
-  go.sampling.min_p = a.min_p;
-  go.sampling.seed = a.seed;
-  go.ignore_eos = a.ignore_eos;
-  go.stop_token_ids = lm->generation.eos_token_ids;
+  EngineConfig ec;
+  ec.threads = a.threads;
+  ec.f32_activations = a.f32_activations;
+  ec.scheduler.max_num_seqs = 1;
+  ec.scheduler.max_model_len =
+      std::max<int64_t>(a.context, static_cast<int64_t>(prompt.size()) + a.max_tokens);
+  ec.num_kv_blocks = (ec.scheduler.max_model_len + ec.block_size - 1) / ec.block_size + 1;
+  EngineCore engine(*lm->model, ec);
+  RequestOptions ro;
+  ro.max_tokens = a.max_tokens;
+  ro.sampling.temperature = a.temperature;
+  ro.sampling.top_p = a.top_p;
+  ro.sampling.top_k = a.top_k;
+  ro.sampling.min_p = a.min_p;
+  ro.sampling.seed = a.seed;
+  ro.has_seed = true;
+  ro.ignore_eos = a.ignore_eos;
+  ro.stop_token_ids = lm->generation.eos_token_ids;
   if (lm->tokenizer) {
-    for (int32_t id : lm->tokenizer->eos_ids()) go.stop_token_ids.push_back(id);
+    for (int32_t id : lm->tokenizer->eos_ids()) ro.stop_token_ids.push_back(id);
+  }
+  const size_t num_prompt = prompt.size();
+  if (Status s = engine.AddRequest(0, std::move(prompt), ro); !s.ok()) {
+    std::fprintf(stderr, "dinfer generate: %s\n", s.ToString().c_str());
+    return 1;
   }
   std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
   if (!a.print_ids) detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*lm->tokenizer);
-  bool first = true;
-  auto result = Generate(runner, prompt, go, [&](int32_t id) {
-    if (a.print_ids) {
-      std::printf(first ? "%d" : ",%d", id);
-    } else {
-      const std::string text = detok->Push(id);
-      std::fwrite(text.data(), 1, text.size(), stdout);
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::optional<Clock::time_point> first_token;
+  int64_t generated = 0;
+  std::string error;
+  bool done = false;
+  while (!done && engine.HasWork()) {
+    for (const TokenDelta& d : engine.Step()) {
+      for (int32_t id : d.tokens) {
+        if (a.print_ids) {
+          std::printf(generated == 0 ? "%d" : ",%d", id);
+        } else {
+          const std::string text = detok->Push(id);
+          std::fwrite(text.data(), 1, text.size(), stdout);
+        }
+        if (!first_token) first_token = Clock::now();
+        ++generated;
+      }
+      std::fflush(stdout);
+      if (d.finish != FinishReason::kNone) {
+        done = true;
+        error = d.error;
+      }
     }
-    first = false;
-    std::fflush(stdout);
-    return true;
-  });
+  }
   if (detok) {
     const std::string rest = detok->Flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
   }
   std::printf("\n");
   std::fflush(stdout);
-  if (!result.ok()) {
-    std::fprintf(stderr, "dinfer generate: %s\n", result.status().ToString().c_str());
+  if (!error.empty()) {
+    std::fprintf(stderr, "dinfer generate: %s\n", error.c_str());
     return 1;
   }
-  const double n = static_cast<double>(result->tokens.size());
+  const auto t1 = Clock::now();
+  const double prefill_s = std::chrono::duration<double>(first_token.value_or(t1) - t0).count();
+  const double decode_s = std::chrono::duration<double>(t1 - first_token.value_or(t1)).count();
   log::Info(
-      "prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s)",
-      prompt.size(), result->prefill_seconds,
-      static_cast<double>(prompt.size()) / std::max(1e-9, result->prefill_seconds), n,
-      result->decode_seconds, n / std::max(1e-9, result->decode_seconds));
+      "prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens, {:.1f} tok/s after the "
+      "first",
+      num_prompt, prefill_s, static_cast<double>(num_prompt) / std::max(1e-9, prefill_s), generated,
+      static_cast<double>(std::max<int64_t>(0, generated - 1)) / std::max(1e-9, decode_s));
   return 0;
 }
 

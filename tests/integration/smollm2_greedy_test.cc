@@ -12,7 +12,7 @@
 #include <boost/json.hpp>
 
 #include "base/mapped_file.h"
-#include "engine/generate.h"
+#include "engine/engine_core.h"
 #include "model/loader.h"
 #include "sample/sampler.h"
 
@@ -55,20 +55,26 @@ std::vector<std::vector<int32_t>> Continuations(const Reference& ref, bool f32_a
   auto lm = LoadModel("default", LoadOptions{false, false});
   EXPECT_TRUE(lm.ok()) << lm.status().ToString();
   if (!lm.ok()) return {};
-  RunnerOptions ro;
-  ro.threads = 2;
-  ro.max_seq_len = 256;
-  ro.f32_activations = f32_activations;
-  ModelRunner runner(*lm->model, ro);
-  GenerateOptions go;
-  go.max_tokens = 64;
-  go.sampling.temperature = 0;
-  go.ignore_eos = true;
-  std::vector<std::vector<int32_t>> outs;
-  for (const auto& prompt : ref.prompts) {
-    auto out = Generate(runner, prompt, go);
-    EXPECT_TRUE(out.ok()) << out.status().ToString();
-    outs.push_back(out.ok() ? out->tokens : std::vector<int32_t>{});
+  EngineConfig cfg;
+  cfg.threads = 2;
+  cfg.num_kv_blocks = 128;
+  cfg.f32_activations = f32_activations;
+  EngineCore core(*lm->model, cfg);
+  RequestOptions o;
+  o.sampling.temperature = 0;
+  o.max_tokens = 64;
+  o.ignore_eos = true;
+  // All five prompts in one batch: outputs do not depend on batch mates.
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    EXPECT_TRUE(core.AddRequest(static_cast<int64_t>(i), ref.prompts[i], o).ok());
+  }
+  std::vector<std::vector<int32_t>> outs(ref.prompts.size());
+  while (core.HasWork()) {
+    for (const TokenDelta& d : core.Step()) {
+      EXPECT_TRUE(d.error.empty()) << d.error;
+      auto& v = outs[static_cast<size_t>(d.request_id)];
+      v.insert(v.end(), d.tokens.begin(), d.tokens.end());
+    }
   }
   return outs;
 }

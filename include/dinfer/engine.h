@@ -1,0 +1,91 @@
+// dinfer's public C++ API: an Engine serves one model; Submit() queues a request and returns a
+// stream of its outputs (token deltas and text), Abort() cancels one, Stats() reports load.
+// The Engine runs its step loop on its own thread: every method is thread-safe, and a
+// RequestStream may be read from any one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dinfer/status.h"
+
+namespace dinfer {
+
+struct EngineOptions {
+  std::string model = "default";          // "default", an HF model directory or a .gguf file
+  int threads = 0;                        // CPU threads (0: all cores)
+  int64_t kv_cache_mib = 512;             // memory for the KV cache
+  int64_t block_size = 16;                // tokens per KV block
+  int64_t max_num_seqs = 64;              // requests running at once
+  int64_t max_num_batched_tokens = 2048;  // tokens per step (at most 32,768)
+  int64_t max_model_len = 0;  // prompt + output tokens per request (0: the model's context)
+  bool enable_prefix_caching = true;
+  bool f32_activations = false;  // quantized models: reference numerics instead of 8-bit
+  bool show_progress = true;     // loading progress on stderr
+};
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0: greedy
+  double top_p = 1.0;
+  int top_k = 0;  // 0: off
+  double min_p = 0.0;
+  std::optional<uint64_t> seed;  // with a seed, output depends only on prompt, params and seed
+  int64_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's end-of-sequence tokens
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;  // in the text
+};
+
+struct RequestSpec {
+  std::string prompt;               // text (special-token markup recognised), or
+  std::vector<int32_t> prompt_ids;  // token ids, used as given
+  SamplingParams sampling;
+  int priority = 0;        // lower runs first
+  std::string cache_salt;  // requests with different salts never share cached KV
+};
+
+struct RequestOutput {
+  int64_t request_id = 0;
+  std::vector<int32_t> token_ids;  // new tokens since the previous output
+  std::string text;                // their text (complete UTF-8 only)
+  bool finished = false;
+  std::string finish_reason;  // "stop", "length", "abort", "error"
+  std::string error;          // when finish_reason == "error"
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
+};
+
+class RequestStream {
+ public:
+  virtual ~RequestStream() = default;
+  virtual int64_t id() const = 0;
+  // Blocks until the next output; nullopt once the finished output was returned.
+  virtual std::optional<RequestOutput> Next() = 0;
+};
+
+struct EngineStatsSnapshot {
+  int64_t running = 0, waiting = 0, steps = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, preemptions = 0;
+  double kv_usage = 0.0;                        // fraction of KV blocks in use
+  int64_t prefix_queries = 0, prefix_hits = 0;  // prompt tokens looked up / found cached
+};
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  virtual StatusOr<std::shared_ptr<RequestStream>> Submit(const RequestSpec& request) = 0;
+  virtual void Abort(int64_t request_id) = 0;
+  virtual EngineStatsSnapshot Stats() const = 0;
+
+  // Tokenizer access for callers that render prompts themselves.
+  virtual StatusOr<std::vector<int32_t>> Encode(const std::string& text) const = 0;
+  virtual std::string Decode(const std::vector<int32_t>& ids) const = 0;
+  virtual int64_t vocab_size() const = 0;
+};
+
+}  // namespace dinfer

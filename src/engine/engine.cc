@@ -1,0 +1,243 @@
+// The threaded Engine behind include/dinfer/engine.h: an inbox of submissions and aborts, a loop
+// thread that drives EngineCore, and per-request streams with incremental detokenization.
+#include "dinfer/engine.h"
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <xxhash.h>
+
+#include "base/logging.h"
+#include "engine/engine_core.h"
+#include "model/loader.h"
+
+namespace dinfer {
+namespace {
+
+class Stream final : public RequestStream {
+ public:
+  Stream(int64_t id, const tokenizer::Tokenizer* tok, bool skip_special) : id_(id) {
+    if (tok != nullptr)
+      detok_ = std::make_unique<tokenizer::IncrementalDetokenizer>(*tok, skip_special);
+  }
+  int64_t id() const override { return id_; }
+
+  std::optional<RequestOutput> Next() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !queue_.empty() || done_returned_; });
+    if (queue_.empty()) return std::nullopt;
+    RequestOutput out = std::move(queue_.front());
+    queue_.pop_front();
+    if (out.finished) done_returned_ = true;
+    return out;
+  }
+
+  // Called by the engine thread.
+  void Push(const TokenDelta& d) {
+    RequestOutput out;
+    out.request_id = id_;
+    out.token_ids = d.tokens;
+    if (detok_) {
+      for (int32_t t : d.tokens) out.text += detok_->Push(t);
+      if (d.finish != FinishReason::kNone) out.text += detok_->Flush();
+    }
+    out.finished = d.finish != FinishReason::kNone;
+    out.finish_reason = std::string(FinishReasonName(d.finish));
+    out.error = d.error;
+    out.prompt_tokens = d.num_prompt_tokens;
+    out.cached_prompt_tokens = d.num_cached_tokens;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(out));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  const int64_t id_;
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> detok_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> queue_;
+  bool done_returned_ = false;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  explicit EngineImpl(LoadedModel lm, const EngineOptions& o) : lm_(std::move(lm)) {
+    EngineConfig c;
+    c.threads = o.threads;
+    c.block_size = o.block_size;
+    c.kv_cache_bytes = o.kv_cache_mib << 20;
+    c.enable_prefix_caching = o.enable_prefix_caching;
+    c.f32_activations = o.f32_activations;
+    c.scheduler.max_num_seqs = o.max_num_seqs;
+    c.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+    c.scheduler.max_model_len =
+        o.max_model_len > 0 ? o.max_model_len : lm_.config.max_position_embeddings;
+    core_ = std::make_unique<EngineCore>(*lm_.model, c);
+    eos_ = lm_.generation.eos_token_ids;
+    if (lm_.tokenizer) {
+      for (int32_t id : lm_.tokenizer->eos_ids()) eos_.push_back(id);
+    }
+    loop_ = std::thread([this] { Loop(); });
+  }
+
+  ~EngineImpl() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    loop_.join();
+  }
+
+  StatusOr<std::shared_ptr<RequestStream>> Submit(const RequestSpec& spec) override {
+    std::vector<int32_t> prompt = spec.prompt_ids;
+    if (prompt.empty()) {
+      if (spec.prompt.empty())
+        return InvalidArgument("the request has neither prompt nor prompt_ids");
+      if (!lm_.tokenizer) {
+        return InvalidArgument("model '{}' has no tokenizer: give the prompt as token ids",
+                               lm_.path);
+      }
+      const auto& tok = *lm_.tokenizer;
+      if (tok.add_bos() && tok.bos_id()) prompt.push_back(*tok.bos_id());
+      auto ids = tok.Encode(spec.prompt, true);
+      prompt.insert(prompt.end(), ids.begin(), ids.end());
+    }
+    if (spec.sampling.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+    RequestOptions ro;
+    ro.sampling.temperature = spec.sampling.temperature;
+    ro.sampling.top_p = spec.sampling.top_p;
+    ro.sampling.top_k = spec.sampling.top_k;
+    ro.sampling.min_p = spec.sampling.min_p;
+    ro.has_seed = spec.sampling.seed.has_value();
+    ro.sampling.seed = spec.sampling.seed.value_or(0);
+    ro.max_tokens = spec.sampling.max_tokens;
+    ro.stop_token_ids = spec.sampling.stop_token_ids;
+    ro.stop_token_ids.insert(ro.stop_token_ids.end(), eos_.begin(), eos_.end());
+    ro.ignore_eos = spec.sampling.ignore_eos;
+    ro.priority = spec.priority;
+    ro.cache_salt = spec.cache_salt.empty()
+                        ? 0
+                        : XXH3_64bits(spec.cache_salt.data(), spec.cache_salt.size()) | 1;
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t id = next_id_++;
+    auto stream =
+        std::make_shared<Stream>(id, lm_.tokenizer.get(), spec.sampling.skip_special_tokens);
+    inbox_.push_back(Submission{id, std::move(prompt), ro, stream});
+    cv_.notify_all();
+    return std::shared_ptr<RequestStream>(stream);
+  }
+
+  void Abort(int64_t id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.push_back(id);
+    cv_.notify_all();
+  }
+
+  EngineStatsSnapshot Stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  StatusOr<std::vector<int32_t>> Encode(const std::string& text) const override {
+    if (!lm_.tokenizer) return InvalidArgument("model '{}' has no tokenizer", lm_.path);
+    return lm_.tokenizer->Encode(text, true);
+  }
+  std::string Decode(const std::vector<int32_t>& ids) const override {
+    return lm_.tokenizer ? lm_.tokenizer->Decode(ids, true) : std::string();
+  }
+  int64_t vocab_size() const override { return lm_.config.vocab_size; }
+
+ private:
+  struct Submission {
+    int64_t id;
+    std::vector<int32_t> prompt;
+    RequestOptions options;
+    std::shared_ptr<Stream> stream;
+  };
+
+  void Loop() {
+    while (true) {
+      std::vector<Submission> subs;
+      std::vector<int64_t> aborts;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock,
+                 [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || core_->HasWork(); });
+        if (stop_) break;
+        subs.assign(std::make_move_iterator(inbox_.begin()), std::make_move_iterator(inbox_.end()));
+        inbox_.clear();
+        aborts.swap(aborts_);
+      }
+      for (auto& s : subs) {
+        const Status st = core_->AddRequest(s.id, std::move(s.prompt), s.options);
+        if (!st.ok()) {
+          TokenDelta d;
+          d.request_id = s.id;
+          d.finish = FinishReason::kError;
+          d.error = st.message();
+          s.stream->Push(d);
+          continue;
+        }
+        streams_[s.id] = s.stream;
+      }
+      for (int64_t id : aborts) core_->Abort(id);
+      if (core_->HasWork()) {
+        for (const TokenDelta& d : core_->Step()) {
+          auto it = streams_.find(d.request_id);
+          if (it == streams_.end()) continue;
+          it->second->Push(d);
+          if (d.finish != FinishReason::kNone) streams_.erase(it);
+        }
+      }
+      const EngineStats s = core_->Stats();
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.running = s.running;
+      stats_.waiting = s.waiting + static_cast<int64_t>(inbox_.size());
+      stats_.steps = s.steps;
+      stats_.prompt_tokens = s.prompt_tokens;
+      stats_.generated_tokens = s.generated_tokens;
+      stats_.preemptions = s.preemptions;
+      stats_.kv_usage = s.kv.total > 0 ? static_cast<double>(s.kv.in_use) / s.kv.total : 0.0;
+      stats_.prefix_queries = s.kv.prefix_queries;
+      stats_.prefix_hits = s.kv.prefix_hits;
+    }
+    // Requests still open when the engine stops end as aborted.
+    for (auto& [id, stream] : streams_) {
+      TokenDelta d;
+      d.request_id = id;
+      d.finish = FinishReason::kAborted;
+      stream->Push(d);
+    }
+  }
+
+  LoadedModel lm_;
+  std::unique_ptr<EngineCore> core_;
+  std::vector<int32_t> eos_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Submission> inbox_;
+  std::vector<int64_t> aborts_;
+  bool stop_ = false;
+  int64_t next_id_ = 1;
+  EngineStatsSnapshot stats_;
+  std::map<int64_t, std::shared_ptr<Stream>> streams_;  // engine thread only
+  std::thread loop_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  LoadOptions lo;
+  lo.show_progress = options.show_progress;
+  DINFER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(options.model, lo));
+  return std::unique_ptr<Engine>(new EngineImpl(std::move(lm), options));
+}
+
+}  // namespace dinfer

@@ -1,0 +1,152 @@
+// KV cache block management, host-side metadata only (no tensors): a BlockPool of fixed-size
+// blocks with reference counts and a null block, a hash-chained prefix index of full blocks
+// (salted per tenant) with LRU eviction of unreferenced cached blocks, and the KvCacheManager
+// that gives each request its block table.
+//
+// Every change is two-phase: CanAllocate() plans without side effects, Allocate() commits, and a
+// failed Allocate() changes nothing. Invariant (CheckInvariants): free + cached + in use = total.
+// Sliding-window specs release blocks that no future token can attend to.
+// Not thread-safe: owned and called by the scheduler thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/block_pool.h"  // BlockId, BlockHash, kNullBlock
+
+namespace dinfer::kv {
+
+using RequestId = int64_t;
+
+struct KvCacheSpec {
+  int64_t num_blocks = 0;  // including the null block
+  int64_t block_size = 16;
+  int64_t sliding_window = 0;  // 0: full attention; else tokens a query can see (itself included)
+  bool enable_prefix_caching = true;
+};
+
+struct KvCacheStats {
+  int64_t total = 0;           // allocatable blocks (num_blocks - 1)
+  int64_t free = 0;            // on the free list, holding nothing reusable
+  int64_t cached = 0;          // unreferenced but holding a cached full block (evictable, LRU)
+  int64_t in_use = 0;          // referenced by at least one request
+  int64_t prefix_queries = 0;  // tokens looked up by Match
+  int64_t prefix_hits = 0;     // of those, tokens found cached
+};
+
+// The hash of a full block: its tokens, its parent block's hash (0 for the first) and the salt.
+// XXH3-64: equal inputs give equal hashes in every process on the same (little-endian) machine.
+BlockHash HashBlock(BlockHash parent, std::span<const int32_t> tokens, uint64_t salt);
+
+// Typical use per step: a waiting request calls Match then Allocate(id, cached + n, prompt, salt,
+// cached) and starts computing at NumCachedTokens(id) (which can be below `cached`); a running
+// one calls Allocate(id, computed + n). After the step: CommitComputed, then (sliding window)
+// ReleaseOutsideWindow; Free when it finishes or is preempted.
+class KvCacheManager {
+ public:
+  explicit KvCacheManager(const KvCacheSpec& spec);
+
+  const KvCacheSpec& spec() const { return spec_; }
+
+  // Longest cached prefix of `tokens` in whole blocks, leaving at least one token to compute
+  // (so at most tokens.size() - 1 tokens). Returns the number of cached tokens; the blocks are
+  // not yet taken: Allocate(..., num_cached_tokens) takes them. With prefix caching disabled it
+  // returns 0 and counts nothing; otherwise every call adds tokens.size() to prefix_queries and
+  // the result to prefix_hits.
+  int64_t Match(std::span<const int32_t> tokens, uint64_t salt);
+
+  // Blocks Allocate would take out of the free and cached pools for `request` to hold
+  // `total_tokens` tokens: new blocks, plus on a first allocation the reused cached blocks that
+  // are unreferenced now (taking one shrinks the cached pool as much as a new block does).
+  // For a first allocation with `num_cached_tokens` > 0, pass the same `tokens` and `salt` as to
+  // Allocate for the exact answer; without them the matched blocks are assumed to be held by
+  // other requests (a lower bound), and Allocate stays the authority.
+  // Not reduced by blocks a sliding window will release later: call ReleaseOutsideWindow first.
+  int64_t BlocksNeeded(RequestId request, int64_t total_tokens, int64_t num_cached_tokens = 0,
+                       std::span<const int32_t> tokens = {}, uint64_t salt = 0) const;
+  // BlocksNeeded(...) <= free + cached; with `tokens` (or for a running request) exactly when
+  // Allocate with the same arguments would succeed.
+  bool CanAllocate(RequestId request, int64_t total_tokens, int64_t num_cached_tokens = 0,
+                   std::span<const int32_t> tokens = {}, uint64_t salt = 0) const;
+
+  // Grows `request`'s block table to ceil(total_tokens / block_size) blocks (never shrinks it).
+  // On the request's first call, `tokens` and `salt` name its prompt and up to the first
+  // `num_cached_tokens` tokens (a Match result) reuse cached blocks: they are re-checked here
+  // and reuse stops at the first block no longer cached (evicted since Match), so fewer tokens
+  // may be reused; NumCachedTokens(request) then says how many were, and the request must compute
+  // from there. Reuse is also capped like Match (at least one prompt token left to compute, and
+  // at most total_tokens). Without `tokens`, nothing is reused. On later calls `tokens`, `salt`
+  // and `num_cached_tokens` are ignored. Returns false and changes nothing when the pool cannot
+  // supply the blocks (taking reused blocks first, so an allocation never evicts its own hits).
+  bool Allocate(RequestId request, int64_t total_tokens, std::span<const int32_t> tokens = {},
+                uint64_t salt = 0, int64_t num_cached_tokens = 0);
+
+  // Publishes the request's full blocks among its first `num_computed_tokens` tokens (whose KV is
+  // now written) in the prefix index, continuing the hash chain from its last committed block.
+  // `tokens` holds the request's tokens, at least that many (extra ones are ignored). A block
+  // whose hash another block already holds stays private (freed normally, never cached). The chain
+  // stops at a block a sliding window released before it was committed: call CommitComputed
+  // before ReleaseOutsideWindow. Unknown requests and disabled prefix caching: no-op.
+  void CommitComputed(RequestId request, std::span<const int32_t> tokens,
+                      int64_t num_computed_tokens);
+
+  // Sliding window W: a query at position p reads keys p - W < j <= p, and every future query has
+  // p >= `next_position`, so keys j <= next_position - W are dead. Drops the request's reference
+  // on each block whose positions are all dead and puts kNullBlock in its table slot. A committed
+  // block released this way stays cached (its KV is valid, so another request's prompt can still
+  // hit it) until evicted. No-op for full attention and unknown requests.
+  void ReleaseOutsideWindow(RequestId request, int64_t next_position);
+
+  // Drops the request's references, the last block first, so that when the pool runs short the
+  // LRU evicts a request's tail blocks before its prefix head. Cached full blocks stay reusable
+  // until evicted. Unknown requests: no-op.
+  void Free(RequestId request);
+
+  // Empty when the request has no blocks. Slot i holds positions [i * block_size, (i + 1) *
+  // block_size); released slots hold kNullBlock. Valid until the request's next call here.
+  std::span<const BlockId> BlockTable(RequestId request) const;
+  int64_t NumCachedTokens(RequestId request) const;  // prefix tokens it reused at admission
+
+  KvCacheStats Stats() const;
+  double Usage() const;  // in_use / total
+  // Checks free + cached + in use = total, the pool's lists and index, and each block's reference
+  // count against its occurrences in the block tables; Internal on the first violation.
+  // O(num_blocks + table entries): for tests and debug checks, not per step.
+  Status CheckInvariants() const;
+
+ private:
+  struct RequestState {
+    std::vector<BlockId> table;
+    int64_t num_cached_tokens = 0;
+    int64_t num_committed_blocks = 0;  // table[0, n) are in the hash chain
+    int64_t num_released_blocks = 0;   // table[0, n) are kNullBlock (sliding window)
+    BlockHash last_hash = 0;           // chain hash of table[num_committed_blocks - 1]; 0: none
+    uint64_t salt = 0;
+  };
+  // What Allocate would do: the cached blocks a first allocation reuses and the new ones.
+  struct Plan {
+    std::vector<BlockId> reused;
+    BlockHash last_hash = 0;  // chain hash of the last reused block
+    int64_t num_new = 0;
+    int64_t pool_cost = 0;  // num_new + reused blocks that are cached (unreferenced) now
+  };
+
+  // With `tokens`, matched blocks are looked up in the index; without, every matched block (after
+  // the caps) is assumed reused and referenced elsewhere (BlocksNeeded's lower bound).
+  Plan MakePlan(RequestId request, int64_t total_tokens, std::span<const int32_t> tokens,
+                uint64_t salt, int64_t num_cached_tokens) const;
+  // Whole blocks of a `num_tokens`-token prompt that may come from the cache.
+  int64_t MaxCachedBlocks(int64_t num_tokens) const;
+  int64_t BlocksFor(int64_t num_tokens) const;
+
+  KvCacheSpec spec_;
+  BlockPool pool_;
+  std::unordered_map<RequestId, RequestState> requests_;
+  int64_t prefix_queries_ = 0;
+  int64_t prefix_hits_ = 0;
+};
+
+}  // namespace dinfer::kv

@@ -1,0 +1,205 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+
+namespace dinfer::sched {
+namespace {
+
+constexpr int64_t kMaxStepTokens = 32768;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& kv)
+    : config_(config), kv_(kv) {
+  config_.max_num_batched_tokens =
+      std::clamp<int64_t>(config_.max_num_batched_tokens, 1, kMaxStepTokens);
+  config_.max_num_seqs = std::max<int64_t>(1, config_.max_num_seqs);
+}
+
+bool Scheduler::Before(const SchedRequest& a, const SchedRequest& b) const {
+  return a.priority != b.priority ? a.priority < b.priority : a.arrival < b.arrival;
+}
+
+Status Scheduler::Add(SchedRequest r) {
+  if (requests_.count(r.id) != 0) return InvalidArgument("request id {} is already in use", r.id);
+  if (r.tokens.empty()) return InvalidArgument("request {}: the prompt is empty", r.id);
+  if (r.max_new_tokens < 1)
+    return InvalidArgument("request {}: max tokens must be at least 1", r.id);
+  const int64_t total = r.num_tokens() + r.max_new_tokens;
+  if (total > config_.max_model_len) {
+    return InvalidArgument(
+        "request {}: prompt ({} tokens) + max tokens ({}) exceed the model length of {} tokens",
+        r.id, r.num_tokens(), r.max_new_tokens, config_.max_model_len);
+  }
+  const int64_t blocks = CeilDiv(total, kv_.spec().block_size);
+  const int64_t capacity = kv_.Stats().total;
+  if (kv_.spec().sliding_window == 0 && blocks > capacity) {
+    return MakeError(StatusCode::kResourceExhausted,
+                     "request {}: needs {} KV blocks for {} tokens but the cache holds {} blocks",
+                     r.id, blocks, total, capacity);
+  }
+  r.num_prompt_tokens = r.num_tokens();
+  r.arrival = next_arrival_++;
+  r.state = RequestState::kWaiting;
+  r.num_computed_tokens = 0;
+  const RequestId id = r.id;
+  requests_.emplace(id, std::move(r));
+  const SchedRequest& added = requests_.at(id);
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(),
+                          [&](RequestId w) { return Before(added, requests_.at(w)); });
+  waiting_.insert(pos, id);
+  return OkStatus();
+}
+
+const SchedRequest* Scheduler::Find(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
+int64_t Scheduler::ChunkLimit(int64_t budget, int64_t context, const StepPlan& plan) const {
+  int64_t limit = budget;
+  if (cost_model_ && config_.step_time_budget_s > 0) {
+    const double left =
+        config_.step_time_budget_s - std::max(plan.predicted_time_s, cost_model_->fixed());
+    const int64_t by_time = cost_model_->MaxTokens(left, static_cast<double>(context), limit);
+    // Progress even when the budget is tight: a chunk of at least min_chunk_tokens.
+    limit = std::min(limit, std::max(by_time, config_.min_chunk_tokens));
+  }
+  return limit;
+}
+
+void Scheduler::Preempt(RequestId id, StepPlan& plan) {
+  SchedRequest& r = requests_.at(id);
+  kv_.Free(id);
+  r.state = RequestState::kWaiting;
+  r.num_computed_tokens = 0;
+  r.num_cached_tokens = 0;
+  ++r.num_preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(),
+                          [&](RequestId w) { return Before(r, requests_.at(w)); });
+  waiting_.insert(pos, id);
+  // A chunk already planned for it this step is dropped.
+  auto it = std::find_if(plan.chunks.begin(), plan.chunks.end(),
+                         [&](const ScheduledChunk& c) { return c.id == id; });
+  if (it != plan.chunks.end()) {
+    plan.num_tokens -= it->num_tokens;
+    plan.chunks.erase(it);
+  }
+  plan.preempted.push_back(id);
+}
+
+void Scheduler::Fail(SchedRequest& r, std::string error, StepPlan& plan) {
+  plan.failed.push_back(r.id);
+  Finish(r.id, FinishReason::kError, std::move(error));
+}
+
+StepPlan Scheduler::Schedule() {
+  StepPlan plan;
+  int64_t budget = config_.max_num_batched_tokens;
+  auto add_chunk = [&](SchedRequest& r, int64_t n) {
+    plan.chunks.push_back(
+        {r.id, r.num_computed_tokens, n, r.num_computed_tokens + n == r.num_tokens()});
+    if (cost_model_) {
+      plan.predicted_time_s =
+          (plan.chunks.size() == 1 ? cost_model_->fixed() : plan.predicted_time_s) +
+          cost_model_->Marginal(static_cast<double>(n), static_cast<double>(r.num_computed_tokens));
+    }
+    r.num_computed_tokens += n;
+    plan.num_tokens += n;
+    budget -= n;
+  };
+
+  // 1. Running requests, highest priority first; decodes always run.
+  const std::vector<RequestId> order = running_;
+  for (RequestId id : order) {
+    SchedRequest& r = requests_.at(id);
+    if (r.state != RequestState::kRunning || budget <= 0) continue;
+    int64_t n = r.num_pending();
+    if (n <= 0) continue;
+    const bool decode = r.num_computed_tokens >= r.num_prompt_tokens;
+    if (!decode) n = std::min(n, ChunkLimit(budget, r.num_computed_tokens, plan));
+    n = std::min(n, budget);
+    if (n <= 0) continue;
+    bool self_preempted = false;
+    while (!kv_.Allocate(id, r.num_computed_tokens + n)) {
+      const RequestId victim = running_.back();
+      Preempt(victim, plan);
+      if (victim == id) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (!self_preempted) add_chunk(r, n);
+  }
+
+  // 2. Waiting requests by priority and arrival, while there is room; none after a preemption
+  // (memory is short) and none past the first that does not fit (no overtaking).
+  while (plan.preempted.empty() && !waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    const RequestId id = waiting_.front();
+    SchedRequest& r = requests_.at(id);
+    const int64_t cached = kv_.Match(r.tokens, r.cache_salt);
+    const int64_t n = std::min(r.num_tokens() - cached, ChunkLimit(budget, cached, plan));
+    if (n <= 0) break;
+    if (!kv_.Allocate(id, cached + n, r.tokens, r.cache_salt, cached)) {
+      if (running_.empty() && plan.chunks.empty()) {
+        // Nothing else holds memory, yet it cannot start: it never will.
+        waiting_.erase(waiting_.begin());
+        Fail(r,
+             fmt::format("request {} cannot be admitted: the KV cache cannot hold its first {} "
+                         "tokens",
+                         id, cached + n),
+             plan);
+        continue;
+      }
+      break;
+    }
+    waiting_.erase(waiting_.begin());
+    r.state = RequestState::kRunning;
+    r.num_cached_tokens = kv_.NumCachedTokens(id);
+    r.num_computed_tokens = r.num_cached_tokens;
+    auto pos = std::find_if(running_.begin(), running_.end(),
+                            [&](RequestId x) { return Before(r, requests_.at(x)); });
+    running_.insert(pos, id);
+    add_chunk(r, cached + n - r.num_computed_tokens);
+  }
+  return plan;
+}
+
+void Scheduler::OnStepDone(const StepPlan& plan, std::span<const int32_t> sampled) {
+  size_t next = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    auto it = requests_.find(c.id);
+    if (it == requests_.end() || it->second.state != RequestState::kRunning) {
+      if (c.sample) ++next;  // finished meanwhile (abort): its token is dropped
+      continue;
+    }
+    SchedRequest& r = it->second;
+    if (c.sample && next < sampled.size()) r.tokens.push_back(sampled[next++]);
+    kv_.CommitComputed(r.id, r.tokens, r.num_computed_tokens);
+    if (kv_.spec().sliding_window > 0) kv_.ReleaseOutsideWindow(r.id, r.num_computed_tokens);
+    if (r.num_generated() >= r.max_new_tokens) Finish(r.id, FinishReason::kLength);
+  }
+}
+
+void Scheduler::Finish(RequestId id, FinishReason reason, std::string error) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.state == RequestState::kFinished) return;
+  SchedRequest& r = it->second;
+  kv_.Free(id);
+  running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+  r.state = RequestState::kFinished;
+  r.finish = reason;
+  r.error = std::move(error);
+}
+
+void Scheduler::Release(RequestId id) {
+  auto it = requests_.find(id);
+  if (it != requests_.end() && it->second.state == RequestState::kFinished) requests_.erase(it);
+}
+
+}  // namespace dinfer::sched

@@ -1,0 +1,400 @@
+#include "kv/kv_cache_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <vector>
+
+#include "kv_table_test_util.h"
+
+namespace dinfer::kv {
+namespace {
+
+using testing::Concat;
+using testing::kAny;
+using testing::kRefused;
+using testing::Op;
+using testing::Req;
+using testing::Row;
+using testing::Seq;
+using testing::TableRunner;
+
+KvCacheSpec Spec(int64_t num_blocks, int64_t block_size, int64_t sliding_window = 0,
+                 bool prefix_caching = true) {
+  KvCacheSpec spec;
+  spec.num_blocks = num_blocks;
+  spec.block_size = block_size;
+  spec.sliding_window = sliding_window;
+  spec.enable_prefix_caching = prefix_caching;
+  return spec;
+}
+
+TEST(KvCacheManager, FreshManagerIsAllFree) {
+  KvCacheManager kv(Spec(8, 4));
+  const KvCacheStats s = kv.Stats();
+  EXPECT_EQ(s.total, 7);
+  EXPECT_EQ(s.free, 7);
+  EXPECT_EQ(s.cached, 0);
+  EXPECT_EQ(s.in_use, 0);
+  EXPECT_EQ(kv.Usage(), 0.0);
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+  EXPECT_TRUE(kv.BlockTable(1).empty());
+  EXPECT_EQ(kv.NumCachedTokens(1), 0);
+}
+
+// Growth only takes a block when the tokens cross a block boundary; a smaller total is a no-op.
+TEST(KvCacheManager, GrowthAcrossBlockBoundaries) {
+  TableRunner t(Spec(6, 4), {{.id = 1, .tokens = Seq(100, 20), .prompt_len = 20}});
+  t.Run({
+      {Op::kAllocate, 1, 1, 0, {4, 0, 1}, {{1, {1}}}},
+      {Op::kAllocate, 1, 4, 0, {4, 0, 1}, {{1, {1}}}},
+      {Op::kAllocate, 1, 5, 0, {3, 0, 2}, {{1, {1, 2}}}},
+      {Op::kAllocate, 1, 12, 0, {2, 0, 3}, {{1, {1, 2, 3}}}},
+      {Op::kAllocate, 1, 13, 0, {1, 0, 4}, {{1, {1, 2, 3, 4}}}},
+      {Op::kAllocate, 1, 8, 0, {1, 0, 4}, {{1, {1, 2, 3, 4}}}},
+      // Nothing was committed: every block goes back to the free list.
+      {Op::kFree, 1, 0, kAny, {5, 0, 0}, {{1, {}}}},
+      // The free list is a stack, and Free pushed the last block first: block 1 comes back first.
+      {Op::kAllocate, 1, 3, 0, {4, 0, 1}, {{1, {1}}}},
+  });
+  EXPECT_DOUBLE_EQ(t.kv().Usage(), 1.0 / 5.0);
+}
+
+// A refused Allocate, first or growing, changes nothing (the runner compares snapshots).
+TEST(KvCacheManager, ExhaustionChangesNothing) {
+  TableRunner t(Spec(5, 4), {{.id = 1, .tokens = Seq(0, 9), .prompt_len = 8},
+                             {.id = 2, .tokens = Seq(50, 12), .prompt_len = 12}});
+  t.Run({
+      {Op::kAllocate, 1, 8, 0, {2, 0, 2}, {{1, {1, 2}}}},
+      {Op::kAllocate, 2, 12, kRefused, {2, 0, 2}, {{1, {1, 2}}, {2, {}}}},
+      {Op::kAllocate, 2, 8, 0, {0, 0, 4}, {{2, {3, 4}}}},
+      {Op::kAllocate, 1, 9, kRefused, {0, 0, 4}, {{1, {1, 2}}, {2, {3, 4}}}},
+      {Op::kFree, 2, 0, kAny, {2, 0, 2}, {{2, {}}}},
+      {Op::kAllocate, 1, 9, 0, {1, 0, 3}, {{1, {1, 2, 3}}}},
+  });
+  EXPECT_FALSE(t.kv().CanAllocate(3, 5));
+  EXPECT_EQ(t.kv().BlocksNeeded(3, 5), 2);
+  EXPECT_EQ(t.kv().BlocksNeeded(1, 12), 0);
+  EXPECT_EQ(t.kv().BlocksNeeded(1, 13), 1);
+}
+
+// Committed full blocks survive Free as cached blocks and serve the next identical prompt.
+TEST(KvCacheManager, PrefixHitAfterFree) {
+  const auto tokens = Seq(0, 10);
+  TableRunner t(Spec(9, 4), {{.id = 1, .tokens = tokens, .prompt_len = 10},
+                             {.id = 2, .tokens = tokens, .prompt_len = 10}});
+  t.Run({
+      {Op::kMatch, 1, 0, 0, {8, 0, 0}},
+      {Op::kAllocate, 1, 10, 0, {5, 0, 3}, {{1, {1, 2, 3}}}},
+      {Op::kCommit, 1, 10, kAny, {5, 0, 3}},
+      // Blocks 1 and 2 are full and committed: cached. Block 3 holds 2 tokens: free.
+      {Op::kFree, 1, 0, kAny, {6, 2, 0}, {{1, {}}}},
+      {Op::kMatch, 2, 0, 8, {6, 2, 0}},
+      {Op::kAllocate, 2, 10, 8, {5, 0, 3}, {{2, {1, 2, 3}}}},
+  });
+  const KvCacheStats s = t.kv().Stats();
+  EXPECT_EQ(s.prefix_queries, 20);
+  EXPECT_EQ(s.prefix_hits, 8);
+}
+
+// A tight pool evicts cached blocks least recently freed first; Free releases the tail first, so a
+// request's prefix head outlives its tail.
+TEST(KvCacheManager, LruEvictsTailBlocksFirst) {
+  const auto a = Seq(0, 9);
+  TableRunner t(Spec(5, 4), {{.id = 1, .tokens = a, .prompt_len = 9},
+                             {.id = 2, .tokens = Seq(100, 9), .prompt_len = 9},
+                             {.id = 3, .tokens = a, .prompt_len = 9}});
+  t.Run({
+      {Op::kAllocate, 1, 9, 0, {1, 0, 3}, {{1, {1, 2, 3}}}},
+      {Op::kCommit, 1, 9, kAny, {1, 0, 3}},
+      {Op::kFree, 1, 0, kAny, {2, 2, 0}},  // LRU: 2, then 1
+      // Takes the free blocks 3 and 4, then evicts block 2 (request 1's tail).
+      {Op::kAllocate, 2, 9, 0, {0, 1, 3}, {{2, {3, 4, 2}}}},
+      {Op::kMatch, 3, 0, 4, {0, 1, 3}},
+      // Reusing block 1 takes it out of the cached pool too: 1 + 2 new > 1 available.
+      {Op::kAllocate, 3, 9, kRefused, {0, 1, 3}, {{3, {}}}},
+      {Op::kFree, 2, 0, kAny, {3, 1, 0}},
+      {Op::kAllocate, 3, 9, 4, {1, 0, 3}, {{3, {1, 3, 4}}}},
+  });
+}
+
+// Between Match and Allocate a block may be evicted: Allocate reuses fewer blocks and says so.
+TEST(KvCacheManager, StaleMatchReusesFewerBlocks) {
+  const auto a = Seq(0, 9);
+  TableRunner t(Spec(9, 4), {{.id = 1, .tokens = a, .prompt_len = 9},
+                             {.id = 2, .tokens = Seq(100, 25), .prompt_len = 25},
+                             {.id = 3, .tokens = a, .prompt_len = 9}});
+  t.Run({
+      {Op::kAllocate, 1, 9, 0, {5, 0, 3}, {{1, {1, 2, 3}}}},
+      {Op::kCommit, 1, 9, kAny, {5, 0, 3}},
+      {Op::kFree, 1, 0, kAny, {6, 2, 0}},
+      {Op::kMatch, 3, 0, 8, {6, 2, 0}},
+      // Seven blocks: the six free ones, then block 2 evicted.
+      {Op::kAllocate, 2, 25, 0, {0, 1, 7}, {{2, {3, 4, 5, 6, 7, 8, 2}}}},
+      {Op::kFree, 2, 0, kAny, {7, 1, 0}},
+      // Matched 8 tokens, but only block 1 is still cached: 4 tokens reused.
+      {Op::kAllocate, 3, 9, 4, {5, 0, 3}, {{3, {1, 3, 4}}}},
+  });
+}
+
+// The same tokens under different salts never share blocks.
+TEST(KvCacheManager, SaltsIsolateTenants) {
+  const auto a = Seq(0, 9);
+  TableRunner t(Spec(9, 4), {{.id = 1, .tokens = a, .prompt_len = 9, .salt = 1},
+                             {.id = 2, .tokens = a, .prompt_len = 9, .salt = 2},
+                             {.id = 3, .tokens = a, .prompt_len = 9, .salt = 1}});
+  t.Run({
+      {Op::kAllocate, 1, 9, 0, {5, 0, 3}, {{1, {1, 2, 3}}}},
+      {Op::kCommit, 1, 9, kAny, {5, 0, 3}},
+      {Op::kMatch, 2, 0, 0, {5, 0, 3}},
+      {Op::kAllocate, 2, 9, 0, {2, 0, 6}, {{2, {4, 5, 6}}}},
+      {Op::kCommit, 2, 9, kAny, {2, 0, 6}},
+      {Op::kMatch, 3, 0, 8, {2, 0, 6}},
+      {Op::kAllocate, 3, 9, 8, {1, 0, 7}, {{3, {1, 2, 7}}}},
+      {Op::kFree, 1, 0, kAny, {2, 0, 6}},
+      {Op::kFree, 3, 0, kAny, {4, 2, 2}},
+      {Op::kFree, 2, 0, kAny, {5, 3, 0}},
+  });
+}
+
+// Only full, computed blocks are committed: a decode fills the last block and then it is cached.
+TEST(KvCacheManager, PartialLastBlockNeverCached) {
+  const auto a = Seq(0, 14);
+  TableRunner t(Spec(9, 4), {{.id = 1, .tokens = a, .prompt_len = 10},
+                             {.id = 2, .tokens = a, .prompt_len = 13},
+                             {.id = 3, .tokens = a, .prompt_len = 14}});
+  t.Run({
+      {Op::kAllocate, 1, 10, 0, {5, 0, 3}, {{1, {1, 2, 3}}}},
+      {Op::kCommit, 1, 10, kAny, {5, 0, 3}},
+      {Op::kMatch, 2, 0, 8, {5, 0, 3}},
+      // Decode steps: 11, 12 tokens (block 3 now full), 13 (a new block).
+      {Op::kAllocate, 1, 11, 0, {5, 0, 3}},
+      {Op::kCommit, 1, 11, kAny, {5, 0, 3}},
+      {Op::kMatch, 2, 0, 8, {5, 0, 3}},
+      {Op::kAllocate, 1, 12, 0, {5, 0, 3}},
+      {Op::kCommit, 1, 12, kAny, {5, 0, 3}},
+      {Op::kMatch, 2, 0, 12, {5, 0, 3}},
+      {Op::kAllocate, 1, 13, 0, {4, 0, 4}, {{1, {1, 2, 3, 4}}}},
+      {Op::kCommit, 1, 13, kAny, {4, 0, 4}},
+      // Block 4 holds one token: freed, not cached.
+      {Op::kFree, 1, 0, kAny, {5, 3, 0}},
+      {Op::kMatch, 3, 0, 12, {5, 3, 0}},
+      {Op::kAllocate, 3, 14, 12, {4, 0, 4}, {{3, {1, 2, 3, 4}}}},
+  });
+}
+
+// A fully cached prompt still computes its last token, so its last block is recomputed into a
+// private duplicate, which the index does not take over and which is freed normally.
+TEST(KvCacheManager, MatchLeavesOneTokenAndDuplicatesStayPrivate) {
+  const auto a = Seq(0, 8);
+  TableRunner t(Spec(9, 4),
+                {{.id = 1, .tokens = a, .prompt_len = 8}, {.id = 2, .tokens = a, .prompt_len = 8}});
+  t.Run({
+      {Op::kAllocate, 1, 8, 0, {6, 0, 2}, {{1, {1, 2}}}},
+      {Op::kCommit, 1, 8, kAny, {6, 0, 2}},
+      {Op::kFree, 1, 0, kAny, {6, 2, 0}},
+      {Op::kMatch, 2, 0, 4, {6, 2, 0}},
+      {Op::kAllocate, 2, 8, 4, {5, 1, 2}, {{2, {1, 3}}}},
+      {Op::kCommit, 2, 8, kAny, {5, 1, 2}},
+      // Block 3 duplicates block 2's hash: it goes back to the free list, not the cache.
+      {Op::kFree, 2, 0, kAny, {6, 2, 0}},
+      {Op::kMatch, 2, 0, 4, {6, 2, 0}},
+  });
+  EXPECT_EQ(t.kv().Match(Seq(0, 9), 0), 8);
+  EXPECT_EQ(t.kv().Match(Seq(0, 1), 0), 0);
+  EXPECT_EQ(t.kv().Match({}, 0), 0);
+}
+
+// Two running requests share a committed prefix: the shared blocks count once in in_use and stay
+// in use until both are freed.
+TEST(KvCacheManager, TwoRequestsShareAPrefix) {
+  const auto a = Seq(0, 9);
+  const auto b = Concat(Seq(0, 8), Seq(500, 2));
+  TableRunner t(Spec(9, 4), {{.id = 1, .tokens = a, .prompt_len = 9},
+                             {.id = 2, .tokens = b, .prompt_len = 10}});
+  t.Run({
+      {Op::kAllocate, 1, 9, 0, {5, 0, 3}, {{1, {1, 2, 3}}}},
+      {Op::kCommit, 1, 9, kAny, {5, 0, 3}},
+      {Op::kMatch, 2, 0, 8, {5, 0, 3}},
+      {Op::kAllocate, 2, 10, 8, {4, 0, 4}, {{1, {1, 2, 3}}, {2, {1, 2, 4}}}},
+      {Op::kCommit, 2, 10, kAny, {4, 0, 4}},
+      {Op::kFree, 1, 0, kAny, {5, 0, 3}, {{1, {}}, {2, {1, 2, 4}}}},
+      {Op::kFree, 2, 0, kAny, {6, 2, 0}, {{2, {}}}},
+  });
+}
+
+// n > 1 sampling: the second sequence is admitted after the first computed the prompt, shares its
+// full blocks, then both decode into blocks of their own.
+TEST(KvCacheManager, ParallelSamplingSharesThePrompt) {
+  const auto prompt = Seq(0, 10);
+  TableRunner t(Spec(9, 4), {{.id = 1, .tokens = Concat(prompt, Seq(200, 6)), .prompt_len = 10},
+                             {.id = 2, .tokens = Concat(prompt, Seq(300, 6)), .prompt_len = 10}});
+  t.Run({
+      {Op::kMatch, 1, 0, 0, {8, 0, 0}},
+      {Op::kAllocate, 1, 10, 0, {5, 0, 3}, {{1, {1, 2, 3}}}},
+      {Op::kCommit, 1, 10, kAny, {5, 0, 3}},
+      {Op::kMatch, 2, 0, 8, {5, 0, 3}},
+      {Op::kAllocate, 2, 10, 8, {4, 0, 4}, {{2, {1, 2, 4}}}},
+      {Op::kCommit, 2, 10, kAny, {4, 0, 4}},
+      // Each decodes to 13 tokens: blocks 3 and 4 fill with different tokens, each gets another.
+      {Op::kAllocate, 1, 13, 0, {3, 0, 5}, {{1, {1, 2, 3, 5}}}},
+      {Op::kCommit, 1, 13, kAny, {3, 0, 5}},
+      {Op::kAllocate, 2, 13, 8, {2, 0, 6}, {{2, {1, 2, 4, 6}}}},
+      {Op::kCommit, 2, 13, kAny, {2, 0, 6}},
+      {Op::kFree, 1, 0, kAny, {3, 1, 4}},
+      {Op::kFree, 2, 0, kAny, {4, 4, 0}},
+  });
+  // Both continuations are cached under their own third block.
+  EXPECT_EQ(t.kv().Match(Concat(prompt, Seq(200, 3)), 0), 12);
+  EXPECT_EQ(t.kv().Match(Concat(prompt, Seq(300, 3)), 0), 12);
+}
+
+// Window 8, blocks of 4: after computing up to position p - 1, keys <= p - 8 are dead.
+TEST(KvCacheManager, SlidingWindowReleasesDeadBlocks) {
+  const auto a = Seq(0, 30);
+  TableRunner t(Spec(9, 4, /*sliding_window=*/8), {{.id = 1, .tokens = a, .prompt_len = 6},
+                                                   {.id = 2, .tokens = a, .prompt_len = 17}});
+  t.Run({
+      {Op::kAllocate, 1, 6, 0, {6, 0, 2}, {{1, {1, 2}}}},
+      {Op::kCommit, 1, 6, kAny, {6, 0, 2}},
+      {Op::kRelease, 1, 6, kAny, {6, 0, 2}, {{1, {1, 2}}}},
+      {Op::kAllocate, 1, 13, 0, {4, 0, 4}, {{1, {1, 2, 3, 4}}}},
+      {Op::kCommit, 1, 13, kAny, {4, 0, 4}},
+      // Position 13 sees 6..13: block 0 (0..3) is dead, block 1 (4..7) is not.
+      {Op::kRelease, 1, 13, kAny, {4, 1, 3}, {{1, {0, 2, 3, 4}}}},
+      {Op::kRelease, 1, 13, kAny, {4, 1, 3}, {{1, {0, 2, 3, 4}}}},
+      {Op::kAllocate, 1, 17, 0, {3, 1, 4}, {{1, {0, 2, 3, 4, 5}}}},
+      {Op::kCommit, 1, 17, kAny, {3, 1, 4}},
+      {Op::kRelease, 1, 17, kAny, {3, 2, 3}, {{1, {0, 0, 3, 4, 5}}}},
+      // Block 5 holds one token (free); blocks 3 and 4 are committed (cached).
+      {Op::kFree, 1, 0, kAny, {4, 4, 0}, {{1, {}}}},
+      // Released committed blocks stayed cached, so the whole prefix hits.
+      {Op::kMatch, 2, 0, 16, {4, 4, 0}},
+      {Op::kAllocate, 2, 17, 16, {3, 0, 5}, {{2, {1, 2, 3, 4, 5}}}},
+      {Op::kRelease, 2, 16, kAny, {3, 2, 3}, {{2, {0, 0, 3, 4, 5}}}},
+      {Op::kFree, 2, 0, kAny, {4, 4, 0}},
+  });
+}
+
+// A block released before it was committed loses its KV: it is freed and ends the hash chain.
+TEST(KvCacheManager, SlidingWindowReleaseBeforeCommitEndsTheChain) {
+  const auto a = Seq(0, 21);
+  TableRunner t(Spec(9, 4, /*sliding_window=*/8), {{.id = 1, .tokens = a, .prompt_len = 20},
+                                                   {.id = 2, .tokens = a, .prompt_len = 21}});
+  t.Run({
+      {Op::kAllocate, 1, 20, 0, {3, 0, 5}, {{1, {1, 2, 3, 4, 5}}}},
+      {Op::kRelease, 1, 20, kAny, {6, 0, 2}, {{1, {0, 0, 0, 4, 5}}}},
+      {Op::kCommit, 1, 20, kAny, {6, 0, 2}},
+      {Op::kFree, 1, 0, kAny, {8, 0, 0}},
+      {Op::kMatch, 2, 0, 0, {8, 0, 0}},
+  });
+}
+
+TEST(KvCacheManager, ReleaseIsANoOpForFullAttention) {
+  TableRunner t(Spec(9, 4), {{.id = 1, .tokens = Seq(0, 20), .prompt_len = 20}});
+  t.Run({
+      {Op::kAllocate, 1, 20, 0, {3, 0, 5}},
+      {Op::kRelease, 1, 20, kAny, {3, 0, 5}, {{1, {1, 2, 3, 4, 5}}}},
+  });
+}
+
+TEST(KvCacheManager, PrefixCachingDisabled) {
+  const auto a = Seq(0, 9);
+  TableRunner t(Spec(9, 4, 0, /*prefix_caching=*/false),
+                {{.id = 1, .tokens = a, .prompt_len = 9}, {.id = 2, .tokens = a, .prompt_len = 9}});
+  t.Run({
+      {Op::kAllocate, 1, 9, 0, {5, 0, 3}},
+      {Op::kCommit, 1, 9, kAny, {5, 0, 3}},
+      {Op::kFree, 1, 0, kAny, {8, 0, 0}},
+      {Op::kMatch, 2, 0, 0, {8, 0, 0}},
+  });
+  EXPECT_EQ(t.kv().Stats().prefix_queries, 0);
+}
+
+TEST(KvCacheManager, UnknownRequestsAreNoOps) {
+  KvCacheManager kv(Spec(5, 4, 8));
+  const auto tokens = Seq(0, 8);
+  kv.Free(42);
+  kv.CommitComputed(42, tokens, 8);
+  kv.ReleaseOutsideWindow(42, 100);
+  EXPECT_TRUE(kv.BlockTable(42).empty());
+  EXPECT_EQ(kv.NumCachedTokens(42), 0);
+  EXPECT_EQ(kv.Stats().free, 4);
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+}
+
+// BlocksNeeded counts reused blocks that are cached now (they leave the cached pool); with the
+// prompt it is exact, without it assumes the matched blocks are held elsewhere.
+TEST(KvCacheManager, BlocksNeededCountsCachedReuse) {
+  KvCacheManager kv(Spec(5, 4));
+  const auto a = Seq(0, 9);
+  ASSERT_TRUE(kv.Allocate(1, 9, a));
+  kv.CommitComputed(1, a, 9);
+  kv.Free(1);  // blocks 1, 2 cached; 3, 4 free
+  ASSERT_EQ(kv.Match(a, 0), 8);
+  EXPECT_EQ(kv.BlocksNeeded(2, 9, 8, a, 0), 3);
+  EXPECT_EQ(kv.BlocksNeeded(2, 9, 8), 1);
+  EXPECT_EQ(kv.BlocksNeeded(2, 9, 8, Seq(100, 9), 0), 3);  // a different prompt: no reuse
+  EXPECT_EQ(kv.BlocksNeeded(2, 9), 3);
+  EXPECT_TRUE(kv.CanAllocate(2, 9, 8, a, 0));
+
+  // While request 3 holds the prefix, request 2 reuses it without touching the pools.
+  ASSERT_TRUE(kv.Allocate(3, 9, a, 0, 8));
+  EXPECT_EQ(kv.BlocksNeeded(2, 9, 8, a, 0), 1);
+  EXPECT_TRUE(kv.CanAllocate(2, 9, 8, a, 0));
+  EXPECT_FALSE(kv.CanAllocate(2, 13, 8, a, 0));
+  EXPECT_FALSE(kv.Allocate(2, 13, a, 0, 8));
+  ASSERT_TRUE(kv.Allocate(2, 9, a, 0, 8));
+  EXPECT_EQ(kv.NumCachedTokens(2), 8);
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+}
+
+// Reuse is capped like Match and by total_tokens, even when the caller asks for more.
+TEST(KvCacheManager, AllocateCapsReuse) {
+  KvCacheManager kv(Spec(9, 4));
+  const auto a = Seq(0, 12);
+  ASSERT_TRUE(kv.Allocate(1, 12, a));
+  kv.CommitComputed(1, a, 12);
+  ASSERT_TRUE(kv.Allocate(2, 12, a, 0, 12));
+  EXPECT_EQ(kv.NumCachedTokens(2), 8);  // one token left to compute
+  ASSERT_TRUE(kv.Allocate(3, 5, a, 0, 8));
+  EXPECT_EQ(kv.NumCachedTokens(3), 4);  // at most total_tokens
+  ASSERT_TRUE(kv.Allocate(4, 12, a, 0, 6));
+  EXPECT_EQ(kv.NumCachedTokens(4), 4);  // whole blocks only
+  ASSERT_TRUE(kv.Allocate(5, 12, {}, 0, 8));
+  EXPECT_EQ(kv.NumCachedTokens(5), 0);  // nothing to re-check against
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+}
+
+TEST(KvCacheManager, HashBlockSeparatesInputs) {
+  const auto a = Seq(0, 16);
+  const auto b = Seq(1, 16);
+  const BlockHash h = HashBlock(0, a, 0);
+  EXPECT_EQ(h, HashBlock(0, a, 0));
+  EXPECT_NE(h, HashBlock(0, b, 0));
+  EXPECT_NE(h, HashBlock(1, a, 0));
+  EXPECT_NE(h, HashBlock(0, a, 1));
+  // Parent and salt are not interchangeable.
+  EXPECT_NE(HashBlock(7, a, 0), HashBlock(0, a, 7));
+}
+
+// A 4096-token prompt, all cached: Match hashes 255 blocks per call. No timing assertion; this
+// keeps an accidental quadratic walk visible in the test's run time.
+TEST(KvCacheManager, MatchOnLongPromptIsFast) {
+  KvCacheManager kv(Spec(300, 16));
+  const auto prompt = Seq(1000, 4096);
+  ASSERT_TRUE(kv.Allocate(1, 4096, prompt));
+  kv.CommitComputed(1, prompt, 4096);
+  const auto start = std::chrono::steady_clock::now();
+  int64_t hits = 0;
+  constexpr int kCalls = 2000;
+  for (int i = 0; i < kCalls; ++i) hits += kv.Match(prompt, 0);
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(hits, int64_t{kCalls} * 4080);
+  RecordProperty("match_4096_us", std::to_string(us / kCalls));
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+}
+
+}  // namespace
+}  // namespace dinfer::kv
