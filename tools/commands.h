@@ -41,4 +41,21 @@ struct BenchArgs {
 void AddBenchFlags(CLI::App& cmd, BenchArgs& args);
 int RunBench(const BenchArgs& args);
 
+struct BenchOfflineArgs {
+  std::string model = "default";
+  int64_t input_len = 128;
+  int64_t output_len = 64;
+  int64_t num_prompts = 32;
+  int64_t concurrency = 1;
+  int64_t prefix_len = 0;
+  bool no_prefix_cache = false;
+  int threads = 0;
+  int64_t max_batched_tokens = 2048;
+  int64_t kv_cache_mib = 512;
+  uint32_t seed = 0;
+  std::string json;
+};
+void AddBenchOfflineFlags(CLI::App& cmd, BenchOfflineArgs& args);
+int RunBenchOffline(const BenchOfflineArgs& args);
+
 }  // namespace dinfer::tools

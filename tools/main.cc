@@ -26,6 +26,11 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Measure prefill and decode tokens/s (like llama-bench: pp and tg)");
   dinfer::tools::AddBenchFlags(*bench_cmd, bench);
+  bench_cmd->require_subcommand(0, 1);
+  dinfer::tools::BenchOfflineArgs offline;
+  CLI::App* offline_cmd = bench_cmd->add_subcommand(
+      "offline", "Serving throughput and latency (TTFT, TPOT) of many requests through the engine");
+  dinfer::tools::AddBenchOfflineFlags(*offline_cmd, offline);
 
   CLI11_PARSE(app, argc, argv);
   if (!dinfer::log::SetLevel(log_level)) {
@@ -33,6 +38,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (generate->parsed()) return dinfer::tools::RunGenerate(gen);
+  if (offline_cmd->parsed()) return dinfer::tools::RunBenchOffline(offline);
   if (bench_cmd->parsed()) return dinfer::tools::RunBench(bench);
   return 0;
 }

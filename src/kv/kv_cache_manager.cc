@@ -104,6 +104,8 @@ bool KvCacheManager::Allocate(RequestId request, int64_t total_tokens,
   if (tokens.empty()) num_cached_tokens = 0;
   Plan plan = MakePlan(request, total_tokens, tokens, salt, num_cached_tokens);
   if (plan.pool_cost > pool_.num_available()) return false;
+  // A request holding no blocks stays unknown, so its first real allocation can still reuse.
+  if (plan.num_new == 0 && plan.reused.empty() && !requests_.contains(request)) return true;
 
   auto [it, is_new] = requests_.try_emplace(request);
   RequestState& state = it->second;

@@ -55,7 +55,8 @@ class KvCacheManager {
   // (so at most tokens.size() - 1 tokens). Returns the number of cached tokens; the blocks are
   // not yet taken: Allocate(..., num_cached_tokens) takes them. With prefix caching disabled it
   // returns 0 and counts nothing; otherwise every call adds tokens.size() to prefix_queries and
-  // the result to prefix_hits.
+  // the result to prefix_hits. Sliding-window specs match the same way: every block of the prefix
+  // must be cached, not only those the window still reads.
   int64_t Match(std::span<const int32_t> tokens, uint64_t salt);
 
   // Blocks Allocate would take out of the free and cached pools for `request` to hold
@@ -79,8 +80,9 @@ class KvCacheManager {
   // may be reused; NumCachedTokens(request) then says how many were, and the request must compute
   // from there. Reuse is also capped like Match (at least one prompt token left to compute, and
   // at most total_tokens). Without `tokens`, nothing is reused. On later calls `tokens`, `salt`
-  // and `num_cached_tokens` are ignored. Returns false and changes nothing when the pool cannot
-  // supply the blocks (taking reused blocks first, so an allocation never evicts its own hits).
+  // and `num_cached_tokens` are ignored; a first call for 0 tokens takes nothing and leaves the
+  // request unknown. Returns false and changes nothing when the pool cannot supply the blocks
+  // (reused blocks are taken first, so an allocation never evicts its own hits).
   bool Allocate(RequestId request, int64_t total_tokens, std::span<const int32_t> tokens = {},
                 uint64_t salt = 0, int64_t num_cached_tokens = 0);
 

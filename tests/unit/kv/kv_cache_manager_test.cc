@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "kv_table_test_util.h"
@@ -152,8 +153,8 @@ TEST(KvCacheManager, SaltsIsolateTenants) {
       {Op::kMatch, 3, 0, 8, {2, 0, 6}},
       {Op::kAllocate, 3, 9, 8, {1, 0, 7}, {{3, {1, 2, 7}}}},
       {Op::kFree, 1, 0, kAny, {2, 0, 6}},
-      {Op::kFree, 3, 0, kAny, {4, 2, 2}},
-      {Op::kFree, 2, 0, kAny, {5, 3, 0}},
+      {Op::kFree, 3, 0, kAny, {3, 2, 3}},
+      {Op::kFree, 2, 0, kAny, {4, 4, 0}},
   });
 }
 
@@ -351,7 +352,7 @@ TEST(KvCacheManager, BlocksNeededCountsCachedReuse) {
 
 // Reuse is capped like Match and by total_tokens, even when the caller asks for more.
 TEST(KvCacheManager, AllocateCapsReuse) {
-  KvCacheManager kv(Spec(9, 4));
+  KvCacheManager kv(Spec(16, 4));
   const auto a = Seq(0, 12);
   ASSERT_TRUE(kv.Allocate(1, 12, a));
   kv.CommitComputed(1, a, 12);
@@ -363,6 +364,11 @@ TEST(KvCacheManager, AllocateCapsReuse) {
   EXPECT_EQ(kv.NumCachedTokens(4), 4);  // whole blocks only
   ASSERT_TRUE(kv.Allocate(5, 12, {}, 0, 8));
   EXPECT_EQ(kv.NumCachedTokens(5), 0);  // nothing to re-check against
+  // Zero tokens take nothing and leave the request unknown, free to reuse on its next call.
+  ASSERT_TRUE(kv.Allocate(6, 0, a, 0, 8));
+  EXPECT_TRUE(kv.BlockTable(6).empty());
+  ASSERT_TRUE(kv.Allocate(6, 12, a, 0, 8));
+  EXPECT_EQ(kv.NumCachedTokens(6), 8);
   EXPECT_TRUE(kv.CheckInvariants().ok());
 }
 

@@ -64,7 +64,7 @@ struct Row {
   int64_t want = kAny;
   Counts counts;
   // Block tables after the row, of the listed requests only ({} for a request with none).
-  std::vector<std::pair<RequestId, std::vector<BlockId>>> tables;
+  std::vector<std::pair<RequestId, std::vector<BlockId>>> tables = {};
 };
 
 inline const char* OpName(Op op) {
@@ -130,7 +130,9 @@ class TableRunner {
       case Op::kMatch: {
         const int64_t got = kv_.Match(prompt, r.salt);
         matched_[r.id] = got;
-        if (row.want != kAny) EXPECT_EQ(got, row.want) << "Match result";
+        if (row.want != kAny) {
+          EXPECT_EQ(got, row.want) << "Match result";
+        }
         break;
       }
       case Op::kAllocate: {
@@ -139,7 +141,9 @@ class TableRunner {
         const std::string before = Snapshot();
         const bool ok = kv_.Allocate(r.id, row.arg, prompt, r.salt, cached);
         EXPECT_EQ(can, ok) << "CanAllocate disagrees with Allocate";
-        if (!ok) EXPECT_EQ(Snapshot(), before) << "a refused Allocate changed the state";
+        if (!ok) {
+          EXPECT_EQ(Snapshot(), before) << "a refused Allocate changed the state";
+        }
         if (row.want == kRefused) {
           EXPECT_FALSE(ok) << "Allocate should be refused";
         } else if (row.want != kAny) {

@@ -1,0 +1,127 @@
+"""dinfer: LLM inference in C++ with a vLLM-style offline API.
+
+    import dinfer
+    llm = dinfer.LLM("default")
+    outputs = llm.generate(["The capital of France is"], dinfer.SamplingParams(temperature=0, max_tokens=16))
+    print(outputs[0].outputs[0].text)
+"""
+from dataclasses import dataclass, field
+from typing import Iterable, List, Optional, Sequence, Union
+
+from . import _dinfer
+
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput"]
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: Optional[int] = None
+    max_tokens: int = 16
+    stop_token_ids: Sequence[int] = ()
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+
+    def _to_native(self) -> "_dinfer.SamplingParams":
+        p = _dinfer.SamplingParams()
+        p.temperature = float(self.temperature)
+        p.top_p = float(self.top_p)
+        p.top_k = int(self.top_k)
+        p.min_p = float(self.min_p)
+        p.seed = None if self.seed is None else int(self.seed)
+        p.max_tokens = int(self.max_tokens)
+        p.stop_token_ids = [int(t) for t in self.stop_token_ids]
+        p.ignore_eos = bool(self.ignore_eos)
+        p.skip_special_tokens = bool(self.skip_special_tokens)
+        return p
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: List[int]
+    finish_reason: Optional[str]
+
+
+@dataclass
+class RequestOutput:
+    request_id: int
+    prompt: Optional[str]
+    prompt_token_ids: Optional[List[int]]
+    outputs: List[CompletionOutput] = field(default_factory=list)
+    num_cached_tokens: int = 0
+    finished: bool = True
+
+
+Prompt = Union[str, Sequence[int]]
+
+
+class LLM:
+    """A model loaded into a dinfer engine. `model` is "default" (the embedded SmolLM2-135M-Instruct),
+    an HF model directory or a .gguf file; keyword arguments set EngineOptions fields
+    (threads, kv_cache_mib, max_num_seqs, max_num_batched_tokens, enable_prefix_caching, ...)."""
+
+    def __init__(self, model: str = "default", **options):
+        opts = _dinfer.EngineOptions()
+        opts.model = model
+        for key, value in options.items():
+            if not hasattr(opts, key):
+                raise TypeError(f"unknown engine option {key!r}")
+            setattr(opts, key, value)
+        self._engine = _dinfer.Engine(opts)
+
+    def generate(self, prompts: Union[Prompt, Iterable[Prompt]],
+                 sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None) -> List[RequestOutput]:
+        """Generates for every prompt (text, or a list of token ids) in one batch; returns one
+        RequestOutput per prompt, in order."""
+        if isinstance(prompts, str) or (isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params = list(sampling_params) if isinstance(sampling_params, Sequence) else [sampling_params] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError("need one SamplingParams, or one per prompt")
+        streams = []
+        for prompt, sp in zip(prompts, params):
+            spec = _dinfer.RequestSpec()
+            if isinstance(prompt, str):
+                spec.prompt = prompt
+            else:
+                spec.prompt_ids = [int(t) for t in prompt]
+            spec.sampling = sp._to_native()
+            streams.append(self._engine.submit(spec))
+        results = []
+        for prompt, stream in zip(prompts, streams):
+            text, ids, reason, cached = [], [], None, 0
+            while True:
+                out = stream.next()
+                if out is None:
+                    break
+                if out.error:
+                    raise RuntimeError(out.error)
+                text.append(out.text)
+                ids.extend(out.token_ids)
+                cached = out.cached_prompt_tokens
+                if out.finished:
+                    reason = out.finish_reason
+            results.append(RequestOutput(
+                request_id=stream.id,
+                prompt=prompt if isinstance(prompt, str) else None,
+                prompt_token_ids=None if isinstance(prompt, str) else list(prompt),
+                outputs=[CompletionOutput(0, "".join(text), ids, reason)],
+                num_cached_tokens=cached))
+        return results
+
+    def encode(self, text: str) -> List[int]:
+        return self._engine.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._engine.decode(list(ids))
+
+    def stats(self):
+        return self._engine.stats()

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The Python API (import dinfer; dinfer.LLM(...).generate(...)) on the default model and on a tiny
+HF checkpoint given token ids."""
+import json
+import os
+import unittest
+
+import dinfer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class LLMTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.llm = dinfer.LLM("default", threads=2, show_progress=False)
+
+    def test_generate_text(self):
+        prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+        out = self.llm.generate([prompt], dinfer.SamplingParams(temperature=0, max_tokens=16))
+        self.assertEqual(len(out), 1)
+        self.assertIn("Paris", out[0].outputs[0].text)
+        self.assertIn(out[0].outputs[0].finish_reason, ("stop", "length"))
+
+    def test_batch_and_seeds(self):
+        sp = dinfer.SamplingParams(temperature=0.8, top_p=0.95, seed=3, max_tokens=12, ignore_eos=True)
+        prompts = ["Once upon a time", "The quick brown fox", "def fibonacci(n):"]
+        a = self.llm.generate(prompts, sp)
+        b = self.llm.generate(list(reversed(prompts)), sp)
+        self.assertEqual([o.outputs[0].token_ids for o in a], [o.outputs[0].token_ids for o in reversed(b)])
+        for o in a:
+            self.assertEqual(len(o.outputs[0].token_ids), 12)
+            self.assertEqual(o.outputs[0].finish_reason, "length")
+
+    def test_token_ids_and_errors(self):
+        ids = self.llm.encode("Hello world")
+        self.assertEqual(self.llm.decode(ids), "Hello world")
+        out = self.llm.generate([ids], dinfer.SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+        self.assertEqual(len(out[0].outputs[0].token_ids), 4)
+        with self.assertRaises(RuntimeError):
+            self.llm.generate([[10 ** 8]], dinfer.SamplingParams(max_tokens=2))
+        with self.assertRaises(TypeError):
+            dinfer.LLM("default", no_such_option=1)
+        with self.assertRaises(KeyError):
+            dinfer.LLM("/no/such/model")
+
+    def test_tiny_checkpoint_matches_transformers(self):
+        d = os.path.join(ROOT, "tests", "data", "models", "qwen3")
+        with open(os.path.join(d, "fixture.json")) as f:
+            fx = json.load(f)
+        llm = dinfer.LLM(d, threads=1, show_progress=False)
+        out = llm.generate([fx["prompt_ids"]], dinfer.SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
+        self.assertEqual(out[0].outputs[0].token_ids, fx["decode_ids"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
