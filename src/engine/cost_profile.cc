@@ -1,0 +1,94 @@
+#include "engine/cost_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include <boost/json.hpp>
+
+#include "base/logging.h"
+#include "base/mapped_file.h"
+
+namespace dinfer {
+
+StatusOr<std::vector<sched::StepSample>> MeasureSteps(ModelRunner& runner,
+                                                      const ProfileOptions& o) {
+  const int64_t capacity = runner.num_blocks() * runner.block_size();
+  const int64_t vocab = runner.model().config().vocab_size;
+  std::vector<int32_t> table(static_cast<size_t>(runner.num_blocks()));
+  std::iota(table.begin(), table.end(), 0);
+  std::mt19937 rng(1);
+  std::vector<sched::StepSample> samples;
+  using Clock = std::chrono::steady_clock;
+  for (int64_t c : o.context) {
+    for (int64_t q : o.new_tokens) {
+      if (c + q > capacity) continue;
+      std::vector<int32_t> tokens(static_cast<size_t>(c + q));
+      for (auto& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+      if (c > 0) {  // the cached context, written once
+        SeqChunk ctx{std::span<const int32_t>(tokens).first(c), 0, table, SeqChunk::Logits::kNone};
+        DINFER_RETURN_IF_ERROR(runner.Execute(std::span(&ctx, 1)).status());
+      }
+      SeqChunk chunk{std::span<const int32_t>(tokens).subspan(c), c, table,
+                     SeqChunk::Logits::kLast};
+      DINFER_RETURN_IF_ERROR(runner.Execute(std::span(&chunk, 1)).status());  // warm-up
+      std::vector<double> times;
+      for (int r = 0; r < std::max(1, o.repetitions); ++r) {
+        const auto t0 = Clock::now();
+        DINFER_RETURN_IF_ERROR(runner.Execute(std::span(&chunk, 1)).status());
+        times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+      samples.push_back({static_cast<double>(q), static_cast<double>(c), times[times.size() / 2]});
+    }
+  }
+  return samples;
+}
+
+StatusOr<sched::CostModel> ProfileCostModel(ModelRunner& runner, const ProfileOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  DINFER_ASSIGN_OR_RETURN(auto samples, MeasureSteps(runner, o));
+  DINFER_ASSIGN_OR_RETURN(sched::CostModel model, sched::CostModel::Fit(samples));
+  const auto& k = model.coefficients();
+  log::Info(
+      "step cost model from {} timings in {:.1f} s: t = {:.3g} + {:.3g}·q + {:.3g}·q·c + {:.3g}·q² "
+      "s",
+      samples.size(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), k[0], k[1],
+      k[2], k[3]);
+  return model;
+}
+
+Status SaveCostModel(const sched::CostModel& model, const std::string& path) {
+  const auto& k = model.coefficients();
+  boost::json::object o{{"model", "t = a + b*q + d*q*c + e*q^2 (seconds)"},
+                        {"a", k[0]},
+                        {"b", k[1]},
+                        {"d", k[2]},
+                        {"e", k[3]}};
+  std::ofstream f(path);
+  f << boost::json::serialize(o) << "\n";
+  if (!f) return IoError("cannot write the cost profile '{}'", path);
+  return OkStatus();
+}
+
+StatusOr<sched::CostModel> LoadCostModel(const std::string& path) {
+  DINFER_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  boost::json::error_code ec;
+  const boost::json::value v = boost::json::parse(text, ec);
+  if (ec || !v.is_object()) return DataLoss("'{}' is not a cost profile (JSON object)", path);
+  std::array<double, 4> k{};
+  const char* keys[] = {"a", "b", "d", "e"};
+  for (int i = 0; i < 4; ++i) {
+    const auto* x = v.as_object().if_contains(keys[i]);
+    if (x == nullptr || !x->is_number()) {
+      return DataLoss("cost profile '{}' lacks the number '{}'", path, keys[i]);
+    }
+    k[i] = x->to_number<double>();
+  }
+  return sched::CostModel(k);
+}
+
+}  // namespace dinfer

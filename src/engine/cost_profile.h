@@ -1,0 +1,28 @@
+// Fitting the scheduler's step cost model cost(q, c) from timings of the real model: forward
+// passes of q new tokens over c cached tokens on the engine's runner, at start-up, before any
+// request holds KV blocks. Profiles save to and load from JSON so later starts can skip it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runner/model_runner.h"
+#include "sched/cost_model.h"
+
+namespace dinfer {
+
+struct ProfileOptions {
+  std::vector<int64_t> new_tokens = {1, 8, 32, 128, 256};
+  std::vector<int64_t> context = {0, 256, 1024};
+  int repetitions = 3;  // the median of these is kept
+};
+
+// Measures every (q, c) of the grid that fits the runner's KV cache; returns the samples.
+StatusOr<std::vector<sched::StepSample>> MeasureSteps(ModelRunner& runner,
+                                                      const ProfileOptions& options);
+StatusOr<sched::CostModel> ProfileCostModel(ModelRunner& runner, const ProfileOptions& options);
+
+Status SaveCostModel(const sched::CostModel& model, const std::string& path);
+StatusOr<sched::CostModel> LoadCostModel(const std::string& path);
+
+}  // namespace dinfer
