@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "base/logging.h"
 #include "engine/cost_profile.h"
@@ -77,6 +80,7 @@ EngineCore::EngineCore(Model& model, const EngineConfig& config)
       runner_(model, MakeRunnerOptions(kv_.spec(), config)),
       seed_counter_(
           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {
+  if (config.async_scheduling) executor_ = std::make_unique<Executor>(*this);
   if (config.scheduler.step_time_budget_s > 0) {
     StatusOr<sched::CostModel> model = Internal("no cost model");
     if (!config.cost_profile.empty()) model = LoadCostModel(config.cost_profile);
@@ -121,7 +125,7 @@ Status EngineCore::AddRequest(int64_t id, std::vector<int32_t> prompt,
   sample::SamplingParams sp = options.sampling;
   if (!options.has_seed)
     sp.seed = seed_counter_ = seed_counter_ * 6364136223846793005ull + 1442695040888963407ull;
-  live_.emplace(id, Live{options, sample::Sampler(sp), 0});
+  live_.emplace(id, Live{options, std::make_shared<sample::Sampler>(sp), 0});
   return OkStatus();
 }
 
@@ -143,7 +147,9 @@ void EngineCore::FinishRequest(int64_t id, FinishReason reason, std::string erro
     d.num_cached_tokens = r->num_cached_tokens;
     if (live != live_.end()) {
       const auto gen = r->tokens.begin() + r->num_prompt_tokens;
-      d.tokens.assign(gen + static_cast<int64_t>(live->second.reported), r->tokens.end());
+      // Up to the last known token: a placeholder of an in-flight step is not reported.
+      const auto end = std::find(gen, r->tokens.end(), sched::kPlaceholderToken);
+      d.tokens.assign(gen + static_cast<int64_t>(live->second.reported), end);
     }
   }
   const sched::FinishReason sr = reason == FinishReason::kStop      ? sched::FinishReason::kStop
@@ -156,63 +162,130 @@ void EngineCore::FinishRequest(int64_t id, FinishReason reason, std::string erro
   out.push_back(std::move(d));
 }
 
-std::vector<TokenDelta> EngineCore::Step() {
-  std::vector<TokenDelta> out = std::move(pending_);
-  pending_.clear();
-  sched::StepPlan plan = scheduler_.Schedule();
-  for (int64_t id : plan.failed) {
-    const sched::SchedRequest* r = scheduler_.Find(id);
-    FinishRequest(id, FinishReason::kError, r != nullptr ? r->error : "failed", out);
+// Runs step jobs on its own thread, one at a time, in submission order.
+class EngineCore::Executor {
+ public:
+  explicit Executor(EngineCore& core) : core_(core), thread_([this] { Loop(); }) {}
+  ~Executor() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
   }
-  stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
-  if (plan.empty()) return out;
-  ++stats_.steps;
+  void Launch(StepJob job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = std::move(job);
+      result_.reset();
+    }
+    cv_.notify_all();
+  }
+  StepResult Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return result_.has_value(); });
+    StepResult r = std::move(*result_);
+    result_.reset();
+    return r;
+  }
 
-  std::vector<SeqChunk> chunks;
-  chunks.reserve(plan.chunks.size());
+ private:
+  void Loop() {
+    while (true) {
+      StepJob job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || job_.has_value(); });
+        if (stop_) return;
+        job = std::move(*job_);
+        job_.reset();
+      }
+      StepResult r = core_.RunJob(job);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        result_ = std::move(r);
+      }
+      cv_.notify_all();
+    }
+  }
+
+  EngineCore& core_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<StepJob> job_;
+  std::optional<StepResult> result_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+EngineCore::~EngineCore() {
+  if (inflight_) executor_->Wait();
+}
+
+EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
+  StepJob job;
+  job.tokens.reserve(plan.chunks.size());
+  job.tables.reserve(plan.chunks.size());
   for (const auto& c : plan.chunks) {
     const sched::SchedRequest* r = scheduler_.Find(c.id);
+    const auto first = r->tokens.begin() + c.start_pos;
+    job.tokens.emplace_back(first, first + c.num_tokens);
+    const auto table = kv_.BlockTable(c.id);
+    job.tables.emplace_back(table.begin(), table.end());
     SeqChunk s;
-    s.tokens = std::span<const int32_t>(r->tokens).subspan(c.start_pos, c.num_tokens);
+    s.tokens = job.tokens.back();
     s.start_pos = c.start_pos;
-    s.block_table = kv_.BlockTable(c.id);
+    s.block_table = job.tables.back();
     s.logits = c.sample ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone;
-    chunks.push_back(s);
+    job.chunks.push_back(s);
+    if (c.sample) job.samplers.push_back(live_.at(c.id).sampler);
     if (c.start_pos < r->num_prompt_tokens) {
       stats_.prompt_tokens += std::min(c.num_tokens, r->num_prompt_tokens - c.start_pos);
     }
   }
-  auto logits = runner_.Execute(chunks);
+  return job;
+}
+
+EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
+  StepResult result;
+  auto logits = runner_.Execute(job.chunks);
   if (!logits.ok()) {
-    log::Error("step failed: {}", logits.status().ToString());
-    for (const auto& c : plan.chunks) {
-      FinishRequest(c.id, FinishReason::kError, logits.status().ToString(), out);
-    }
-    return out;
+    result.status = logits.status();
+    return result;
   }
   const int64_t vocab = model_.config().vocab_size;
-  std::vector<int32_t> sampled;
-  int64_t row = 0;
-  for (const auto& c : plan.chunks) {
-    if (!c.sample) continue;
-    Live& live = live_.at(c.id);
-    sampled.push_back(live.sampler.Sample(
-        std::span<const float>(logits->as<float>() + row * vocab, static_cast<size_t>(vocab))));
-    ++row;
+  for (size_t i = 0; i < job.samplers.size(); ++i) {
+    result.sampled.push_back(job.samplers[i]->Sample(std::span<const float>(
+        logits->as<float>() + static_cast<int64_t>(i) * vocab, static_cast<size_t>(vocab))));
   }
-  scheduler_.OnStepDone(plan, sampled);
-  stats_.generated_tokens += static_cast<int64_t>(sampled.size());
+  return result;
+}
 
+void EngineCore::PostProcess(const sched::StepPlan& plan, const StepResult& result,
+                             std::vector<TokenDelta>& out) {
+  if (!result.status.ok()) {
+    log::Error("step failed: {}", result.status.ToString());
+    for (const auto& c : plan.chunks) {
+      if (live_.count(c.id) != 0) {
+        FinishRequest(c.id, FinishReason::kError, result.status.ToString(), out);
+      }
+    }
+    return;
+  }
+  scheduler_.OnStepDone(plan);
+  stats_.generated_tokens += static_cast<int64_t>(result.sampled.size());
   for (const auto& c : plan.chunks) {
     if (!c.sample) continue;
     const sched::SchedRequest* r = scheduler_.Find(c.id);
     auto it = live_.find(c.id);
     if (r == nullptr || it == live_.end()) continue;
     Live& live = it->second;
-    const int32_t last = r->tokens.back();
+    const int64_t pos = c.start_pos + c.num_tokens;  // where this step's token went
+    const int32_t token = r->tokens[static_cast<size_t>(pos)];
     const auto& stops = live.options.stop_token_ids;
     const bool stop =
-        !live.options.ignore_eos && std::find(stops.begin(), stops.end(), last) != stops.end();
+        !live.options.ignore_eos && std::find(stops.begin(), stops.end(), token) != stops.end();
     if (r->state == sched::RequestState::kFinished || stop) {
       FinishRequest(c.id, stop ? FinishReason::kStop : FromSched(r->finish), "", out);
       continue;
@@ -220,11 +293,47 @@ std::vector<TokenDelta> EngineCore::Step() {
     TokenDelta d;
     d.request_id = c.id;
     d.tokens.assign(r->tokens.begin() + r->num_prompt_tokens + static_cast<int64_t>(live.reported),
-                    r->tokens.end());
+                    r->tokens.begin() + pos + 1);
     live.reported += d.tokens.size();
     d.num_prompt_tokens = r->num_prompt_tokens;
     d.num_cached_tokens = r->num_cached_tokens;
     out.push_back(std::move(d));
+  }
+}
+
+std::vector<TokenDelta> EngineCore::Step() {
+  std::vector<TokenDelta> out = std::move(pending_);
+  pending_.clear();
+  // Plan step N+1 while step N (if any) computes.
+  sched::StepPlan plan = scheduler_.Schedule();
+  for (int64_t id : plan.failed) {
+    const sched::SchedRequest* r = scheduler_.Find(id);
+    FinishRequest(id, FinishReason::kError, r != nullptr ? r->error : "failed", out);
+  }
+  stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
+  std::optional<StepResult> previous;
+  if (inflight_) {
+    previous = executor_->Wait();
+    if (previous->status.ok()) scheduler_.ResolveSamples(*inflight_, previous->sampled);
+  }
+  std::optional<StepResult> now;
+  if (!plan.empty()) {
+    ++stats_.steps;
+    StepJob job = BuildJob(plan);
+    if (config_.async_scheduling) {
+      executor_->Launch(std::move(job));
+    } else {
+      now = RunJob(job);
+    }
+  }
+  // Post-process step N while step N+1 computes.
+  if (previous) PostProcess(*inflight_, *previous, out);
+  inflight_.reset();
+  if (now) {
+    if (now->status.ok()) scheduler_.ResolveSamples(plan, now->sampled);
+    PostProcess(plan, *now, out);
+  } else if (!plan.empty()) {
+    inflight_ = std::move(plan);
   }
   return out;
 }

@@ -2,6 +2,11 @@
 // tokens), runs it as one batched forward pass, samples the requests that reached their last
 // known token, feeds the tokens back, checks stop conditions and reports token deltas. A request
 // that fails (bad input, cannot fit) fails alone; the others keep running.
+// Asynchronous scheduling: the forward pass and sampling of step N run on an executor thread
+// while the caller's Step() plans step N+1 (with placeholders for the tokens step N samples) and
+// post-processes step N-1. Steps execute in order, so a block freed or reused by a later plan is
+// never read by an earlier step after it is rewritten, and in-flight steps only write positions
+// past the committed (prefix-cached) blocks.
 // Not thread-safe: one thread drives it (the Engine's loop, or a caller such as the benchmark).
 #pragma once
 
@@ -29,6 +34,9 @@ struct EngineConfig {
   // With scheduler.step_time_budget_s > 0 the step cost model is loaded from this file if it
   // exists, else measured at start-up (and saved here when a path is given).
   std::string cost_profile;
+  // Plan step N+1 and post-process step N-1 while step N computes (on by default). The
+  // synchronous mode runs the three one after the other; both give the same outputs.
+  bool async_scheduling = true;
 };
 
 struct RequestOptions {
@@ -68,7 +76,10 @@ class EngineCore {
   Status AddRequest(int64_t id, std::vector<int32_t> prompt, const RequestOptions& options);
   // Aborts a waiting or running request; its delta (kAborted) comes with the next Step().
   void Abort(int64_t id);
-  bool HasWork() const { return scheduler_.HasWork() || !pending_.empty(); }
+  bool HasWork() const {
+    return scheduler_.HasWork() || !pending_.empty() || inflight_.has_value();
+  }
+  ~EngineCore();
   // Runs one step and returns what changed. A failing forward pass fails the step's requests.
   std::vector<TokenDelta> Step();
 
@@ -79,11 +90,27 @@ class EngineCore {
  private:
   struct Live {
     RequestOptions options;
-    sample::Sampler sampler;
-    size_t reported = 0;  // generated tokens already reported
+    std::shared_ptr<sample::Sampler> sampler;  // shared with an in-flight step
+    size_t reported = 0;                       // generated tokens already reported
   };
+  // What one step computes, copied out of the scheduler so that it can plan the next one.
+  struct StepJob {
+    std::vector<std::vector<int32_t>> tokens, tables;
+    std::vector<SeqChunk> chunks;
+    std::vector<std::shared_ptr<sample::Sampler>> samplers;  // one per sampling chunk
+  };
+  struct StepResult {
+    Status status;
+    std::vector<int32_t> sampled;
+  };
+  class Executor;
+
   void FinishRequest(int64_t id, FinishReason reason, std::string error,
                      std::vector<TokenDelta>& out);
+  StepJob BuildJob(const sched::StepPlan& plan);
+  StepResult RunJob(const StepJob& job);
+  void PostProcess(const sched::StepPlan& plan, const StepResult& result,
+                   std::vector<TokenDelta>& out);
 
   EngineConfig config_;
   Model& model_;
@@ -94,6 +121,8 @@ class EngineCore {
   std::vector<TokenDelta> pending_;  // deltas produced between steps (aborts)
   EngineStats stats_;
   uint64_t seed_counter_;
+  std::unique_ptr<Executor> executor_;
+  std::optional<sched::StepPlan> inflight_;
 };
 
 }  // namespace dinfer

@@ -8,6 +8,12 @@ namespace dinfer::sample {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPosInf = std::numeric_limits<float>::infinity();
+// Top-p first looks at the tokens with weight (probability relative to the most likely token)
+// >= e^-8, then e^-16, e^-32, ..., and at every token with a positive weight once the threshold
+// falls below e^-256.
+constexpr double kFirstThreshold = 3.3546262790251185e-4;  // e^-8
+constexpr double kLastThreshold = 6.616261056709485e-112;  // e^-256
 
 // Logit descending, index ascending: a total order, so results are reproducible.
 bool ByLogit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
@@ -16,6 +22,30 @@ bool ByLogit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>
 
 bool InVocab(int32_t token, size_t vocab_size) {
   return token >= 0 && static_cast<size_t>(token) < vocab_size;
+}
+
+// exp((logit - max_logit) / temperature): the unnormalized probability, 1 for the maximum.
+double Weight(float logit, float max_logit, double inv_t) {
+  return std::exp(static_cast<double>(logit - max_logit) * inv_t);
+}
+
+// The largest logit, NaN ignored (-inf when there is none). Independent lanes let the compiler
+// vectorize the reduction.
+float MaxLogit(std::span<const float> logits) {
+  constexpr size_t kLanes = 16;
+  float lane_max[kLanes];
+  std::fill(lane_max, lane_max + kLanes, kNegInf);
+  const size_t n = logits.size();
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      lane_max[l] = logits[i + l] > lane_max[l] ? logits[i + l] : lane_max[l];
+    }
+  }
+  float max_logit = kNegInf;
+  for (float m : lane_max) max_logit = m > max_logit ? m : max_logit;
+  for (; i < n; ++i) max_logit = logits[i] > max_logit ? logits[i] : max_logit;
+  return max_logit;
 }
 
 }  // namespace
@@ -72,11 +102,13 @@ double UniformDraw(uint64_t seed, uint64_t step) {
 }
 
 int32_t Argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  }
-  return best;
+  // Two passes, the maximum and then its first index, beat one running (value, index) pair,
+  // whose compare chain is latency-bound.
+  const float max_logit = MaxLogit(logits);
+  if (max_logit == kNegInf) return 0;  // everything masked
+  size_t i = 0;
+  while (i < logits.size() && logits[i] != max_logit) ++i;
+  return static_cast<int32_t>(i);
 }
 
 Sampler::Sampler(const SamplingParams& params)
@@ -150,36 +182,86 @@ int32_t Sampler::Draw(std::span<const float> logits) {
 }
 
 int32_t Sampler::DrawFromDistribution(std::span<const float> logits, uint64_t step) {
-  candidates_.clear();
-  candidates_.reserve(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (std::isfinite(logits[i]) || logits[i] > 0) {
-      candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
-    }
-  }
-  if (candidates_.empty()) return Argmax(logits);
-  size_t keep = candidates_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
-    keep = static_cast<size_t>(params_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), ByLogit);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), ByLogit);
-  }
-  candidates_.resize(keep);
+  const double u = UniformDraw(params_.seed, step);
   const double inv_t = 1.0 / params_.temperature;
-  const double max_logit = candidates_[0].first;
-  probs_.resize(keep);
-  double sum = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    probs_[i] = std::exp((candidates_[i].first - max_logit) * inv_t);
-    sum += probs_[i];
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < logits.size()) {
+    candidates_.clear();
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (logits[i] == kPosInf) return static_cast<int32_t>(i);  // certain
+      if (std::isfinite(logits[i])) candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
+    }
+    if (candidates_.empty()) return Argmax(logits);
+    const size_t keep = std::min(static_cast<size_t>(params_.top_k), candidates_.size());
+    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), ByLogit);
+    candidates_.resize(keep);
+    double z = 0;
+    for (const auto& c : candidates_) z += Weight(c.first, candidates_[0].first, inv_t);
+    return DrawSorted(candidates_[0].first, z, u);
   }
-  for (size_t i = 0; i < keep; ++i) probs_[i] /= sum;
-  size_t cut = keep;
+
+  // No top-k: avoid sorting the vocabulary. Weights relative to the maximum (which has weight 1)
+  // give min-p as a plain threshold, and top-p only needs the sorted head of the distribution.
+  const float max_logit = MaxLogit(logits);
+  if (max_logit == kNegInf || max_logit == kPosInf) return Argmax(logits);  // masked / certain
+  probs_.resize(logits.size());
+  double z = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double w = logits[i] > kNegInf ? Weight(logits[i], max_logit, inv_t) : 0;  // NaN: 0
+    probs_[i] = w;
+    z += w;
+  }
+  const double min_weight = params_.min_p;  // p >= min_p * p_max  <=>  w >= min_p
+  if (params_.top_p >= 1.0) {
+    double total = z;
+    if (min_weight > 0) {
+      total = 0;
+      for (double w : probs_) total += w >= min_weight ? w : 0;
+    }
+    const double r = u * total;
+    double acc = 0;
+    int32_t last = 0;  // always set: the maximum has weight 1 >= min_p
+    for (size_t i = 0; i < probs_.size(); ++i) {
+      const double w = probs_[i];
+      if (w <= 0 || w < min_weight) continue;
+      acc += w;
+      last = static_cast<int32_t>(i);
+      if (r < acc) return last;
+    }
+    return last;  // rounding left r at the very end
+  }
+  // Top-p: the nucleus lies within the tokens above some weight. Try thresholds from high to
+  // low until the tokens above one hold enough mass; each try is one pass, and only the tokens
+  // found are sorted.
+  const double target = params_.top_p * z;
+  for (double threshold = kFirstThreshold;; threshold *= threshold) {
+    const bool last_try = threshold <= std::max(min_weight, kLastThreshold);
+    const double floor = last_try ? std::max(min_weight, std::numeric_limits<double>::min())
+                                  : std::max(min_weight, threshold);
+    candidates_.clear();
+    double mass = 0;
+    for (size_t i = 0; i < probs_.size(); ++i) {
+      if (probs_[i] >= floor) {
+        candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
+        mass += probs_[i];
+      }
+    }
+    if (mass >= target || last_try) break;
+  }
+  std::sort(candidates_.begin(), candidates_.end(), ByLogit);
+  return DrawSorted(max_logit, z, u);
+}
+
+int32_t Sampler::DrawSorted(float max_logit, double z, double u) {
+  // candidates_ is sorted by ByLogit and holds the head of a distribution whose weights sum to z.
+  const double inv_t = 1.0 / params_.temperature;
+  const size_t count = candidates_.size();
+  probs_.resize(count);
+  for (size_t i = 0; i < count; ++i) probs_[i] = Weight(candidates_[i].first, max_logit, inv_t) / z;
+  size_t cut = count;
   if (params_.min_p > 0.0) {
     const double floor = params_.min_p * probs_[0];
     cut = 1;
-    while (cut < keep && probs_[cut] >= floor) ++cut;
+    while (cut < count && probs_[cut] >= floor) ++cut;
   }
   if (params_.top_p < 1.0) {
     double cum = 0;
@@ -192,7 +274,7 @@ int32_t Sampler::DrawFromDistribution(std::span<const float> logits, uint64_t st
   }
   double total = 0;
   for (size_t i = 0; i < cut; ++i) total += probs_[i];
-  const double r = UniformDraw(params_.seed, step) * total;
+  const double r = u * total;
   double acc = 0;
   for (size_t i = 0; i < cut; ++i) {
     acc += probs_[i];
@@ -202,19 +284,17 @@ int32_t Sampler::DrawFromDistribution(std::span<const float> logits, uint64_t st
 }
 
 void Sampler::FillLogprobs(std::span<const float> logits, SampleResult& result) {
-  // One pass for the maximum and the top-n (a small sorted array: n <= kMaxLogprobs, and most
-  // tokens lose against its last entry), one for the normalizer.
+  // The top-n lives in a small sorted array (n <= kMaxLogprobs); most tokens fail the one
+  // comparison against its last entry.
   const size_t n = std::min(static_cast<size_t>(params_.logprobs), logits.size());
+  const float max_logit = MaxLogit(logits);
   top_.clear();
-  float max_logit = kNegInf;
-  for (size_t i = 0; i < logits.size(); ++i) {
+  for (size_t i = 0; n > 0 && i < logits.size(); ++i) {
     const float x = logits[i];
-    if (std::isnan(x)) continue;
-    max_logit = std::max(max_logit, x);
+    if (top_.size() == n ? !(x > top_.back().first) : std::isnan(x)) continue;
     const std::pair<float, int32_t> entry(x, static_cast<int32_t>(i));
-    if (n == 0 || (top_.size() == n && !ByLogit(entry, top_.back()))) continue;
-    if (top_.size() == n) top_.pop_back();
     top_.insert(std::upper_bound(top_.begin(), top_.end(), entry, ByLogit), entry);
+    if (top_.size() > n) top_.pop_back();
   }
   double sum = 0;
   for (float x : logits) {

@@ -92,6 +92,7 @@ class Sampler {
   bool NeedsProcessing() const;
   int32_t Draw(std::span<const float> logits);
   int32_t DrawFromDistribution(std::span<const float> logits, uint64_t step);
+  int32_t DrawSorted(float max_logit, double z, double u);
   void FillLogprobs(std::span<const float> logits, SampleResult& result);
 
   SamplingParams params_;
@@ -103,7 +104,7 @@ class Sampler {
   std::unordered_map<int32_t, Seen> seen_;
   // Buffers reused across calls, so steady-state draws allocate nothing vocabulary-sized.
   std::vector<float> work_;
-  std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // (logit, token)
   std::vector<double> probs_;
   std::vector<std::pair<float, int32_t>> top_;
 };

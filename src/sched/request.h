@@ -12,6 +12,10 @@ namespace dinfer::sched {
 
 using RequestId = kv::RequestId;
 
+// Stands for a token that an in-flight step will sample: the scheduler plans the next step with
+// it (asynchronous scheduling) and ResolveSamples replaces it with the real token.
+inline constexpr int32_t kPlaceholderToken = -1;
+
 enum class RequestState {
   kWaiting,   // not admitted yet, or preempted (KV dropped; recomputed on readmission)
   kRunning,   // holds KV blocks and is scheduled every step
@@ -37,6 +41,7 @@ struct SchedRequest {
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }
+  bool has_placeholder() const { return !tokens.empty() && tokens.back() == kPlaceholderToken; }
   // Tokens whose KV is not computed yet (the rest of the prompt, or the last sampled token).
   int64_t num_pending() const { return num_tokens() - num_computed_tokens; }
 };

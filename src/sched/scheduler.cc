@@ -100,8 +100,9 @@ StepPlan Scheduler::Schedule() {
   StepPlan plan;
   int64_t budget = config_.max_num_batched_tokens;
   auto add_chunk = [&](SchedRequest& r, int64_t n) {
-    plan.chunks.push_back(
-        {r.id, r.num_computed_tokens, n, r.num_computed_tokens + n == r.num_tokens()});
+    const bool sample = r.num_computed_tokens + n == r.num_tokens();
+    plan.chunks.push_back({r.id, r.num_computed_tokens, n, sample});
+    if (sample) r.tokens.push_back(kPlaceholderToken);
     if (cost_model_) {
       plan.predicted_time_s =
           (plan.chunks.size() == 1 ? cost_model_->fixed() : plan.predicted_time_s) +
@@ -118,7 +119,8 @@ StepPlan Scheduler::Schedule() {
     SchedRequest& r = requests_.at(id);
     if (r.state != RequestState::kRunning || budget <= 0) continue;
     int64_t n = r.num_pending();
-    if (n <= 0) continue;
+    // Nothing to compute, or the in-flight step samples its last allowed token.
+    if (n <= 0 || r.num_generated() >= r.max_new_tokens) continue;
     const bool decode = r.num_computed_tokens >= r.num_prompt_tokens;
     if (!decode) n = std::min(n, ChunkLimit(budget, r.num_computed_tokens, plan));
     n = std::min(n, budget);
@@ -141,6 +143,7 @@ StepPlan Scheduler::Schedule() {
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     const RequestId id = waiting_.front();
     SchedRequest& r = requests_.at(id);
+    if (r.has_placeholder()) break;  // preempted while a step samples its next token
     const int64_t cached = kv_.Match(r.tokens, r.cache_salt);
     const int64_t n = std::min(r.num_tokens() - cached, ChunkLimit(budget, cached, plan));
     if (n <= 0) break;
@@ -169,19 +172,34 @@ StepPlan Scheduler::Schedule() {
   return plan;
 }
 
-void Scheduler::OnStepDone(const StepPlan& plan, std::span<const int32_t> sampled) {
+void Scheduler::ResolveSamples(const StepPlan& plan, std::span<const int32_t> sampled) {
   size_t next = 0;
   for (const ScheduledChunk& c : plan.chunks) {
+    if (!c.sample) continue;
+    const int32_t token = next < sampled.size() ? sampled[next] : kPlaceholderToken;
+    ++next;
     auto it = requests_.find(c.id);
-    if (it == requests_.end() || it->second.state != RequestState::kRunning) {
-      if (c.sample) ++next;  // finished meanwhile (abort): its token is dropped
-      continue;
-    }
+    if (it == requests_.end() || it->second.state == RequestState::kFinished) continue;
+    // The placeholder sits right after the chunk, also when the request was preempted since.
+    std::vector<int32_t>& tokens = it->second.tokens;
+    const auto pos = static_cast<size_t>(c.start_pos + c.num_tokens);
+    if (pos < tokens.size() && tokens[pos] == kPlaceholderToken) tokens[pos] = token;
+  }
+}
+
+void Scheduler::OnStepDone(const StepPlan& plan) {
+  for (const ScheduledChunk& c : plan.chunks) {
+    auto it = requests_.find(c.id);
+    if (it == requests_.end() || it->second.state != RequestState::kRunning) continue;
     SchedRequest& r = it->second;
-    if (c.sample && next < sampled.size()) r.tokens.push_back(sampled[next++]);
-    kv_.CommitComputed(r.id, r.tokens, r.num_computed_tokens);
+    // Blocks are published only up to the tokens whose values are known.
+    int64_t known = r.num_computed_tokens;
+    while (known > 0 && r.tokens[static_cast<size_t>(known - 1)] == kPlaceholderToken) --known;
+    kv_.CommitComputed(r.id, r.tokens, known);
     if (kv_.spec().sliding_window > 0) kv_.ReleaseOutsideWindow(r.id, r.num_computed_tokens);
-    if (r.num_generated() >= r.max_new_tokens) Finish(r.id, FinishReason::kLength);
+    if (r.num_generated() >= r.max_new_tokens && !r.has_placeholder()) {
+      Finish(r.id, FinishReason::kLength);
+    }
   }
 }
 

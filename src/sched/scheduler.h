@@ -57,10 +57,13 @@ class Scheduler {
   Status Add(SchedRequest request);
   // Plans the next step and commits its KV allocations.
   StepPlan Schedule();
-  // After a step ran: `sampled` holds the new token of each chunk with sample=true, in plan
-  // order. Appends them, publishes the computed blocks in the prefix cache, releases blocks a
-  // sliding window left behind, and finishes requests that reached max_new_tokens.
-  void OnStepDone(const StepPlan& plan, std::span<const int32_t> sampled);
+  // Schedule() appends a placeholder token for every chunk that samples, so the next step can be
+  // planned before this one finishes. Once a step ran, ResolveSamples writes its sampled tokens
+  // (one per sampling chunk, in plan order) over those placeholders, and OnStepDone publishes
+  // the computed blocks in the prefix cache, releases blocks a sliding window left behind, and
+  // finishes requests that reached max_new_tokens.
+  void ResolveSamples(const StepPlan& plan, std::span<const int32_t> sampled);
+  void OnStepDone(const StepPlan& plan);
   // Ends a request (stop condition, abort, error): frees its blocks.
   void Finish(RequestId id, FinishReason reason, std::string error = {});
 

@@ -55,7 +55,8 @@ class Harness {
     for (const auto& c : plan.chunks) {
       if (c.sample) sampled.push_back(7);
     }
-    sched_.OnStepDone(plan, sampled);
+    sched_.ResolveSamples(plan, sampled);
+    sched_.OnStepDone(plan);
     if (e.running >= 0) EXPECT_EQ(sched_.num_running(), e.running);
     if (e.waiting >= 0) EXPECT_EQ(sched_.num_waiting(), e.waiting);
     const Status inv = kv_.CheckInvariants();
@@ -196,7 +197,8 @@ TEST(Scheduler, RandomLoadNeverDeadlocksAndKeepsInvariants) {
     for (const auto& c : plan.chunks) {
       if (c.sample) sampled.push_back(static_cast<int32_t>(rng() % 50));
     }
-    sched.OnStepDone(plan, sampled);
+    sched.ResolveSamples(plan, sampled);
+    sched.OnStepDone(plan);
     ASSERT_TRUE(kv.CheckInvariants().ok()) << kv.CheckInvariants().ToString();
     for (size_t i = 0; i < live.size();) {
       const SchedRequest* r = sched.Find(live[i]);
