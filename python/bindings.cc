@@ -52,7 +52,18 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readwrite("max_tokens", &dinfer::SamplingParams::max_tokens)
       .def_readwrite("stop_token_ids", &dinfer::SamplingParams::stop_token_ids)
       .def_readwrite("ignore_eos", &dinfer::SamplingParams::ignore_eos)
-      .def_readwrite("skip_special_tokens", &dinfer::SamplingParams::skip_special_tokens);
+      .def_readwrite("skip_special_tokens", &dinfer::SamplingParams::skip_special_tokens)
+      .def_readwrite("repetition_penalty", &dinfer::SamplingParams::repetition_penalty)
+      .def_readwrite("presence_penalty", &dinfer::SamplingParams::presence_penalty)
+      .def_readwrite("frequency_penalty", &dinfer::SamplingParams::frequency_penalty)
+      .def_readwrite("logit_bias", &dinfer::SamplingParams::logit_bias)
+      .def_readwrite("min_tokens", &dinfer::SamplingParams::min_tokens)
+      .def_readwrite("logprobs", &dinfer::SamplingParams::logprobs);
+
+  py::class_<dinfer::TokenLogprob>(m, "TokenLogprob")
+      .def_readonly("token", &dinfer::TokenLogprob::token)
+      .def_readonly("logprob", &dinfer::TokenLogprob::logprob)
+      .def_readonly("top", &dinfer::TokenLogprob::top);
 
   py::class_<dinfer::RequestSpec>(m, "RequestSpec")
       .def(py::init<>())
@@ -65,6 +76,7 @@ PYBIND11_MODULE(_dinfer, m) {
   py::class_<dinfer::RequestOutput>(m, "RequestOutput")
       .def_readonly("request_id", &dinfer::RequestOutput::request_id)
       .def_readonly("token_ids", &dinfer::RequestOutput::token_ids)
+      .def_readonly("logprobs", &dinfer::RequestOutput::logprobs)
       .def_property_readonly(
           "text",
           [](const dinfer::RequestOutput& o) {

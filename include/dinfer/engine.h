@@ -41,6 +41,18 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's end-of-sequence tokens
   bool ignore_eos = false;
   bool skip_special_tokens = true;  // in the text
+  double repetition_penalty = 1.0;  // over prompt and output tokens (HF semantics)
+  double presence_penalty = 0.0;    // over output tokens (OpenAI semantics), [-2, 2]
+  double frequency_penalty = 0.0;   // over output tokens (OpenAI semantics), [-2, 2]
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits, [-100, 100]
+  int32_t min_tokens = 0;  // stop tokens are held back until this many were generated
+  int logprobs = -1;       // -1: none; n >= 0: the chosen token's and the top n (n <= 20)
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;                        // log-softmax of the model's logits
+  std::vector<std::pair<int32_t, float>> top;  // most likely tokens, descending
 };
 
 struct RequestSpec {
@@ -53,8 +65,9 @@ struct RequestSpec {
 
 struct RequestOutput {
   int64_t request_id = 0;
-  std::vector<int32_t> token_ids;  // new tokens since the previous output
-  std::string text;                // their text (complete UTF-8 only)
+  std::vector<int32_t> token_ids;      // new tokens since the previous output
+  std::vector<TokenLogprob> logprobs;  // one per token when SamplingParams::logprobs >= 0
+  std::string text;                    // their text (complete UTF-8 only)
   bool finished = false;
   std::string finish_reason;  // "stop", "length", "abort", "error"
   std::string error;          // when finish_reason == "error"

@@ -24,6 +24,12 @@ class SamplingParams:
     stop_token_ids: Sequence[int] = ()
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Optional[dict] = None
+    min_tokens: int = 0
+    logprobs: Optional[int] = None
 
     def _to_native(self) -> "_dinfer.SamplingParams":
         p = _dinfer.SamplingParams()
@@ -36,6 +42,12 @@ class SamplingParams:
         p.stop_token_ids = [int(t) for t in self.stop_token_ids]
         p.ignore_eos = bool(self.ignore_eos)
         p.skip_special_tokens = bool(self.skip_special_tokens)
+        p.repetition_penalty = float(self.repetition_penalty)
+        p.presence_penalty = float(self.presence_penalty)
+        p.frequency_penalty = float(self.frequency_penalty)
+        p.logit_bias = [(int(k), float(v)) for k, v in (self.logit_bias or {}).items()]
+        p.min_tokens = int(self.min_tokens)
+        p.logprobs = -1 if self.logprobs is None else int(self.logprobs)
         return p
 
 
@@ -45,6 +57,9 @@ class CompletionOutput:
     text: str
     token_ids: List[int]
     finish_reason: Optional[str]
+    # Per token, when SamplingParams.logprobs is set: {token_id: logprob} of the chosen token and
+    # the top alternatives, as vLLM reports them.
+    logprobs: Optional[List[dict]] = None
 
 
 @dataclass
@@ -110,8 +125,8 @@ class LLM:
             spec.sampling = sp._to_native()
             streams.append(self._engine.submit(spec))
         results = []
-        for prompt, stream in zip(prompts, streams):
-            text, ids, reason, cached = [], [], None, 0
+        for prompt, stream, sp in zip(prompts, streams, params):
+            text, ids, reason, cached, logprobs = [], [], None, 0, []
             while True:
                 out = stream.next()
                 if out is None:
@@ -120,6 +135,10 @@ class LLM:
                     raise RuntimeError(out.error)
                 text.append(out.text)
                 ids.extend(out.token_ids)
+                for lp in out.logprobs:
+                    entry = {lp.token: lp.logprob}
+                    entry.update(dict(lp.top))
+                    logprobs.append(entry)
                 cached = out.cached_prompt_tokens
                 if out.finished:
                     reason = out.finish_reason
@@ -127,7 +146,8 @@ class LLM:
                 request_id=stream.id,
                 prompt=prompt if isinstance(prompt, str) else None,
                 prompt_token_ids=None if isinstance(prompt, str) else list(prompt),
-                outputs=[CompletionOutput(0, "".join(text), ids, reason)],
+                outputs=[CompletionOutput(0, "".join(text), ids, reason,
+                                          logprobs if sp.logprobs is not None else None)],
                 num_cached_tokens=cached))
         return results
 

@@ -40,6 +40,7 @@ class Stream final : public RequestStream {
     RequestOutput out;
     out.request_id = id_;
     out.token_ids = d.tokens;
+    for (const auto& lp : d.logprobs) out.logprobs.push_back({lp.token, lp.logprob, lp.top});
     if (detok_) {
       for (int32_t t : d.tokens) out.text += detok_->Push(t);
       if (d.finish != FinishReason::kNone) out.text += detok_->Flush();
@@ -123,6 +124,12 @@ class EngineImpl final : public Engine {
     ro.stop_token_ids = spec.sampling.stop_token_ids;
     ro.stop_token_ids.insert(ro.stop_token_ids.end(), eos_.begin(), eos_.end());
     ro.ignore_eos = spec.sampling.ignore_eos;
+    ro.sampling.repetition_penalty = spec.sampling.repetition_penalty;
+    ro.sampling.presence_penalty = spec.sampling.presence_penalty;
+    ro.sampling.frequency_penalty = spec.sampling.frequency_penalty;
+    ro.sampling.logit_bias = spec.sampling.logit_bias;
+    ro.sampling.min_tokens = spec.sampling.min_tokens;
+    ro.sampling.logprobs = spec.sampling.logprobs;
     ro.priority = spec.priority;
     ro.cache_salt = spec.cache_salt.empty()
                         ? 0

@@ -109,11 +109,8 @@ Status EngineCore::AddRequest(int64_t id, std::vector<int32_t> prompt,
                              vocab);
     }
   }
-  if (options.sampling.temperature < 0) {
-    return InvalidArgument("request {}: temperature must be >= 0", id);
-  }
-  if (options.sampling.top_p <= 0 || options.sampling.top_p > 1) {
-    return InvalidArgument("request {}: top_p must be in (0, 1]", id);
+  if (Status s = sample::ValidateSamplingParams(options.sampling, vocab); !s.ok()) {
+    return s.WithContext(fmt::format("request {}", id));
   }
   sched::SchedRequest r;
   r.id = id;
@@ -123,9 +120,17 @@ Status EngineCore::AddRequest(int64_t id, std::vector<int32_t> prompt,
   r.cache_salt = options.cache_salt;
   DINFER_RETURN_IF_ERROR(scheduler_.Add(std::move(r)));
   sample::SamplingParams sp = options.sampling;
-  if (!options.has_seed)
+  // min_tokens holds back the stop tokens the engine stops on.
+  if (!options.ignore_eos) {
+    sp.stop_token_ids.insert(sp.stop_token_ids.end(), options.stop_token_ids.begin(),
+                             options.stop_token_ids.end());
+  }
+  if (!options.has_seed) {
     sp.seed = seed_counter_ = seed_counter_ * 6364136223846793005ull + 1442695040888963407ull;
-  live_.emplace(id, Live{options, std::make_shared<sample::Sampler>(sp), 0});
+  }
+  auto sampler = std::make_shared<sample::Sampler>(sp);
+  sampler->SetPrompt(scheduler_.Find(id)->tokens);
+  live_.emplace(id, Live{options, std::move(sampler), 0, {}});
   return OkStatus();
 }
 
@@ -150,6 +155,8 @@ void EngineCore::FinishRequest(int64_t id, FinishReason reason, std::string erro
       // Up to the last known token: a placeholder of an in-flight step is not reported.
       const auto end = std::find(gen, r->tokens.end(), sched::kPlaceholderToken);
       d.tokens.assign(gen + static_cast<int64_t>(live->second.reported), end);
+      d.logprobs = std::move(live->second.logprobs);
+      d.logprobs.resize(std::min(d.logprobs.size(), d.tokens.size()));
     }
   }
   const sched::FinishReason sr = reason == FinishReason::kStop      ? sched::FinishReason::kStop
@@ -256,10 +263,35 @@ EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
   }
   const int64_t vocab = model_.config().vocab_size;
   for (size_t i = 0; i < job.samplers.size(); ++i) {
-    result.sampled.push_back(job.samplers[i]->Sample(std::span<const float>(
-        logits->as<float>() + static_cast<int64_t>(i) * vocab, static_cast<size_t>(vocab))));
+    sample::Sampler& s = *job.samplers[i];
+    const std::span<const float> row(logits->as<float>() + static_cast<int64_t>(i) * vocab,
+                                     static_cast<size_t>(vocab));
+    if (s.params().logprobs >= 0) {
+      result.logprobs.push_back(s.SampleWithLogprobs(row));
+      result.sampled.push_back(result.logprobs.back().token);
+    } else {
+      result.logprobs.emplace_back();
+      result.sampled.push_back(s.Sample(row));
+    }
   }
   return result;
+}
+
+void EngineCore::Resolve(const sched::StepPlan& plan, const StepResult& result) {
+  if (!result.status.ok()) return;
+  scheduler_.ResolveSamples(plan, result.sampled);
+  size_t i = 0;
+  for (const auto& c : plan.chunks) {
+    if (!c.sample) continue;
+    auto it = live_.find(c.id);
+    if (it != live_.end()) {
+      it->second.sampler->Accept(result.sampled[i]);
+      if (it->second.options.sampling.logprobs >= 0) {
+        it->second.logprobs.push_back(result.logprobs[i]);
+      }
+    }
+    ++i;
+  }
 }
 
 void EngineCore::PostProcess(const sched::StepPlan& plan, const StepResult& result,
@@ -295,6 +327,8 @@ void EngineCore::PostProcess(const sched::StepPlan& plan, const StepResult& resu
     d.tokens.assign(r->tokens.begin() + r->num_prompt_tokens + static_cast<int64_t>(live.reported),
                     r->tokens.begin() + pos + 1);
     live.reported += d.tokens.size();
+    d.logprobs = std::move(live.logprobs);
+    live.logprobs.clear();
     d.num_prompt_tokens = r->num_prompt_tokens;
     d.num_cached_tokens = r->num_cached_tokens;
     out.push_back(std::move(d));
@@ -314,7 +348,7 @@ std::vector<TokenDelta> EngineCore::Step() {
   std::optional<StepResult> previous;
   if (inflight_) {
     previous = executor_->Wait();
-    if (previous->status.ok()) scheduler_.ResolveSamples(*inflight_, previous->sampled);
+    Resolve(*inflight_, *previous);
   }
   std::optional<StepResult> now;
   if (!plan.empty()) {
@@ -330,7 +364,7 @@ std::vector<TokenDelta> EngineCore::Step() {
   if (previous) PostProcess(*inflight_, *previous, out);
   inflight_.reset();
   if (now) {
-    if (now->status.ok()) scheduler_.ResolveSamples(plan, now->sampled);
+    Resolve(plan, *now);
     PostProcess(plan, *now, out);
   } else if (!plan.empty()) {
     inflight_ = std::move(plan);

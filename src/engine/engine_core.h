@@ -55,6 +55,8 @@ std::string_view FinishReasonName(FinishReason r);
 struct TokenDelta {
   int64_t request_id = 0;
   std::vector<int32_t> tokens;  // new tokens since the last delta
+  // With RequestOptions::sampling.logprobs >= 0: one entry per token of `tokens`.
+  std::vector<sample::SampleResult> logprobs;
   FinishReason finish = FinishReason::kNone;
   std::string error;  // when finish == kError
   int64_t num_prompt_tokens = 0;
@@ -92,6 +94,7 @@ class EngineCore {
     RequestOptions options;
     std::shared_ptr<sample::Sampler> sampler;  // shared with an in-flight step
     size_t reported = 0;                       // generated tokens already reported
+    std::vector<sample::SampleResult> logprobs;  // of generated tokens not yet reported
   };
   // What one step computes, copied out of the scheduler so that it can plan the next one.
   struct StepJob {
@@ -102,7 +105,11 @@ class EngineCore {
   struct StepResult {
     Status status;
     std::vector<int32_t> sampled;
+    std::vector<sample::SampleResult> logprobs;  // per sampled token, when its request asks
   };
+  // Makes a finished step's samples final: writes them over the placeholders and feeds them to
+  // the samplers' penalty state, before the next step samples.
+  void Resolve(const sched::StepPlan& plan, const StepResult& result);
   class Executor;
 
   void FinishRequest(int64_t id, FinishReason reason, std::string error,

@@ -44,6 +44,22 @@ class LLMTest(unittest.TestCase):
         with self.assertRaises(KeyError):
             dinfer.LLM("/no/such/model")
 
+    def test_logprobs_and_penalties(self):
+        out = self.llm.generate(["Once upon a time"], dinfer.SamplingParams(
+            temperature=0, max_tokens=6, ignore_eos=True, logprobs=3))[0].outputs[0]
+        self.assertEqual(len(out.logprobs), 6)
+        for token, entry in zip(out.token_ids, out.logprobs):
+            self.assertIn(token, entry)
+            self.assertAlmostEqual(entry[token], max(entry.values()), places=5)  # greedy
+            self.assertLessEqual(max(entry.values()), 0.0)
+        plain = self.llm.generate(["la la la la"], dinfer.SamplingParams(
+            temperature=0, max_tokens=16, ignore_eos=True))[0].outputs[0].token_ids
+        penalised = self.llm.generate(["la la la la"], dinfer.SamplingParams(
+            temperature=0, max_tokens=16, ignore_eos=True, frequency_penalty=2.0))[0].outputs[0].token_ids
+        self.assertLess(max(penalised.count(t) for t in penalised), max(plain.count(t) for t in plain))
+        with self.assertRaises(RuntimeError):
+            self.llm.generate(["x"], dinfer.SamplingParams(presence_penalty=5.0))
+
     def test_tiny_checkpoint_matches_transformers(self):
         d = os.path.join(ROOT, "tests", "data", "models", "qwen3")
         with open(os.path.join(d, "fixture.json")) as f:
