@@ -58,7 +58,8 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readwrite("frequency_penalty", &dinfer::SamplingParams::frequency_penalty)
       .def_readwrite("logit_bias", &dinfer::SamplingParams::logit_bias)
       .def_readwrite("min_tokens", &dinfer::SamplingParams::min_tokens)
-      .def_readwrite("logprobs", &dinfer::SamplingParams::logprobs);
+      .def_readwrite("logprobs", &dinfer::SamplingParams::logprobs)
+      .def_readwrite("n", &dinfer::SamplingParams::n);
 
   py::class_<dinfer::TokenLogprob>(m, "TokenLogprob")
       .def_readonly("token", &dinfer::TokenLogprob::token)
@@ -75,6 +76,7 @@ PYBIND11_MODULE(_dinfer, m) {
 
   py::class_<dinfer::RequestOutput>(m, "RequestOutput")
       .def_readonly("request_id", &dinfer::RequestOutput::request_id)
+      .def_readonly("index", &dinfer::RequestOutput::index)
       .def_readonly("token_ids", &dinfer::RequestOutput::token_ids)
       .def_readonly("logprobs", &dinfer::RequestOutput::logprobs)
       .def_property_readonly(

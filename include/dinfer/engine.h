@@ -47,6 +47,7 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits, [-100, 100]
   int32_t min_tokens = 0;  // stop tokens are held back until this many were generated
   int logprobs = -1;       // -1: none; n >= 0: the chosen token's and the top n (n <= 20)
+  int n = 1;               // completions of the prompt (they share its KV blocks)
 };
 
 struct TokenLogprob {
@@ -65,6 +66,7 @@ struct RequestSpec {
 
 struct RequestOutput {
   int64_t request_id = 0;
+  int index = 0;                       // which of the n completions
   std::vector<int32_t> token_ids;      // new tokens since the previous output
   std::vector<TokenLogprob> logprobs;  // one per token when SamplingParams::logprobs >= 0
   std::string text;                    // their text (complete UTF-8 only)
@@ -79,7 +81,7 @@ class RequestStream {
  public:
   virtual ~RequestStream() = default;
   virtual int64_t id() const = 0;
-  // Blocks until the next output; nullopt once the finished output was returned.
+  // Blocks until the next output; nullopt once every completion's finished output was returned.
   virtual std::optional<RequestOutput> Next() = 0;
 };
 

@@ -30,6 +30,7 @@ class SamplingParams:
     logit_bias: Optional[dict] = None
     min_tokens: int = 0
     logprobs: Optional[int] = None
+    n: int = 1
 
     def _to_native(self) -> "_dinfer.SamplingParams":
         p = _dinfer.SamplingParams()
@@ -48,6 +49,7 @@ class SamplingParams:
         p.logit_bias = [(int(k), float(v)) for k, v in (self.logit_bias or {}).items()]
         p.min_tokens = int(self.min_tokens)
         p.logprobs = -1 if self.logprobs is None else int(self.logprobs)
+        p.n = int(self.n)
         return p
 
 
@@ -126,28 +128,35 @@ class LLM:
             streams.append(self._engine.submit(spec))
         results = []
         for prompt, stream, sp in zip(prompts, streams, params):
-            text, ids, reason, cached, logprobs = [], [], None, 0, []
+            n = max(1, int(sp.n))
+            text = [[] for _ in range(n)]
+            ids = [[] for _ in range(n)]
+            logprobs = [[] for _ in range(n)]
+            reason = [None] * n
+            cached = 0
             while True:
                 out = stream.next()
                 if out is None:
                     break
                 if out.error:
                     raise RuntimeError(out.error)
-                text.append(out.text)
-                ids.extend(out.token_ids)
+                i = out.index
+                text[i].append(out.text)
+                ids[i].extend(out.token_ids)
                 for lp in out.logprobs:
                     entry = {lp.token: lp.logprob}
                     entry.update(dict(lp.top))
-                    logprobs.append(entry)
-                cached = out.cached_prompt_tokens
+                    logprobs[i].append(entry)
+                cached = max(cached, out.cached_prompt_tokens)
                 if out.finished:
-                    reason = out.finish_reason
+                    reason[i] = out.finish_reason
             results.append(RequestOutput(
                 request_id=stream.id,
                 prompt=prompt if isinstance(prompt, str) else None,
                 prompt_token_ids=None if isinstance(prompt, str) else list(prompt),
-                outputs=[CompletionOutput(0, "".join(text), ids, reason,
-                                          logprobs if sp.logprobs is not None else None)],
+                outputs=[CompletionOutput(i, "".join(text[i]), ids[i], reason[i],
+                                          logprobs[i] if sp.logprobs is not None else None)
+                         for i in range(n)],
                 num_cached_tokens=cached))
         return results
 

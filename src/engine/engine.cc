@@ -17,33 +17,40 @@
 namespace dinfer {
 namespace {
 
+// The outputs of one submitted request: its n completions (core requests id .. id + n - 1),
+// each with its own detokenizer. Finished once every completion finished.
 class Stream final : public RequestStream {
  public:
-  Stream(int64_t id, const tokenizer::Tokenizer* tok, bool skip_special) : id_(id) {
-    if (tok != nullptr)
-      detok_ = std::make_unique<tokenizer::IncrementalDetokenizer>(*tok, skip_special);
+  Stream(int64_t id, int n, const tokenizer::Tokenizer* tok, bool skip_special)
+      : id_(id), remaining_(n) {
+    for (int i = 0; tok != nullptr && i < n; ++i) {
+      detoks_.push_back(std::make_unique<tokenizer::IncrementalDetokenizer>(*tok, skip_special));
+    }
   }
   int64_t id() const override { return id_; }
+  int n() const { return static_cast<int>(detoks_.empty() ? remaining_ : detoks_.size()); }
 
   std::optional<RequestOutput> Next() override {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !queue_.empty() || done_returned_; });
+    cv_.wait(lock, [&] { return !queue_.empty() || returned_all_; });
     if (queue_.empty()) return std::nullopt;
     RequestOutput out = std::move(queue_.front());
     queue_.pop_front();
-    if (out.finished) done_returned_ = true;
+    if (out.finished && --unreturned_finishes_ == 0) returned_all_ = true;
     return out;
   }
 
-  // Called by the engine thread.
-  void Push(const TokenDelta& d) {
+  // Called by the engine thread with the delta of completion `index`.
+  void Push(int index, const TokenDelta& d) {
     RequestOutput out;
     out.request_id = id_;
+    out.index = index;
     out.token_ids = d.tokens;
     for (const auto& lp : d.logprobs) out.logprobs.push_back({lp.token, lp.logprob, lp.top});
-    if (detok_) {
-      for (int32_t t : d.tokens) out.text += detok_->Push(t);
-      if (d.finish != FinishReason::kNone) out.text += detok_->Flush();
+    if (!detoks_.empty()) {
+      auto& detok = *detoks_[static_cast<size_t>(index)];
+      for (int32_t t : d.tokens) out.text += detok.Push(t);
+      if (d.finish != FinishReason::kNone) out.text += detok.Flush();
     }
     out.finished = d.finish != FinishReason::kNone;
     out.finish_reason = std::string(FinishReasonName(d.finish));
@@ -59,11 +66,13 @@ class Stream final : public RequestStream {
 
  private:
   const int64_t id_;
-  std::unique_ptr<tokenizer::IncrementalDetokenizer> detok_;
+  int remaining_;
+  std::vector<std::unique_ptr<tokenizer::IncrementalDetokenizer>> detoks_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;
-  bool done_returned_ = false;
+  int unreturned_finishes_ = remaining_;
+  bool returned_all_ = false;
 };
 
 class EngineImpl final : public Engine {
@@ -113,6 +122,9 @@ class EngineImpl final : public Engine {
       prompt.insert(prompt.end(), ids.begin(), ids.end());
     }
     if (spec.sampling.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+    if (spec.sampling.n < 1 || spec.sampling.n > 128) {
+      return InvalidArgument("n must be in [1, 128], got {}", spec.sampling.n);
+    }
     RequestOptions ro;
     ro.sampling.temperature = spec.sampling.temperature;
     ro.sampling.top_p = spec.sampling.top_p;
@@ -135,17 +147,28 @@ class EngineImpl final : public Engine {
                         ? 0
                         : XXH3_64bits(spec.cache_salt.data(), spec.cache_salt.size()) | 1;
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t id = next_id_++;
+    const int n = spec.sampling.n;
+    const int64_t id = next_id_;
+    next_id_ += n;
     auto stream =
-        std::make_shared<Stream>(id, lm_.tokenizer.get(), spec.sampling.skip_special_tokens);
-    inbox_.push_back(Submission{id, std::move(prompt), ro, stream});
+        std::make_shared<Stream>(id, n, lm_.tokenizer.get(), spec.sampling.skip_special_tokens);
+    // Completions 1..n-1 follow completion 0: they reuse its prompt blocks from the prefix cache,
+    // and draw from seed + i when a seed is given.
+    for (int i = 0; i < n; ++i) {
+      RequestOptions child = ro;
+      if (i > 0) {
+        child.follows = id;
+        if (child.has_seed) child.sampling.seed = ro.sampling.seed + static_cast<uint64_t>(i);
+      }
+      inbox_.push_back(Submission{id + i, i, prompt, child, stream});
+    }
     cv_.notify_all();
     return std::shared_ptr<RequestStream>(stream);
   }
 
   void Abort(int64_t id) override {
     std::lock_guard<std::mutex> lock(mu_);
-    aborts_.push_back(id);
+    aborts_.push_back(id);  // the loop expands it to every completion of the request
     cv_.notify_all();
   }
 
@@ -166,6 +189,7 @@ class EngineImpl final : public Engine {
  private:
   struct Submission {
     int64_t id;
+    int index;
     std::vector<int32_t> prompt;
     RequestOptions options;
     std::shared_ptr<Stream> stream;
@@ -191,17 +215,25 @@ class EngineImpl final : public Engine {
           d.request_id = s.id;
           d.finish = FinishReason::kError;
           d.error = st.message();
-          s.stream->Push(d);
+          s.stream->Push(s.index, d);
           continue;
         }
-        streams_[s.id] = s.stream;
+        streams_[s.id] = {s.stream, s.index};
       }
-      for (int64_t id : aborts) core_->Abort(id);
+      for (int64_t id : aborts) {
+        // Every unfinished completion of the request: core ids id, id + 1, ... of its stream.
+        std::vector<int64_t> ids;
+        for (auto it = streams_.lower_bound(id);
+             it != streams_.end() && it->second.first->id() == id; ++it) {
+          ids.push_back(it->first);
+        }
+        for (int64_t core_id : ids) core_->Abort(core_id);
+      }
       if (core_->HasWork()) {
         for (const TokenDelta& d : core_->Step()) {
           auto it = streams_.find(d.request_id);
           if (it == streams_.end()) continue;
-          it->second->Push(d);
+          it->second.first->Push(it->second.second, d);
           if (d.finish != FinishReason::kNone) streams_.erase(it);
         }
       }
@@ -218,11 +250,11 @@ class EngineImpl final : public Engine {
       stats_.prefix_hits = s.kv.prefix_hits;
     }
     // Requests still open when the engine stops end as aborted.
-    for (auto& [id, stream] : streams_) {
+    for (auto& [id, entry] : streams_) {
       TokenDelta d;
       d.request_id = id;
       d.finish = FinishReason::kAborted;
-      stream->Push(d);
+      entry.first->Push(entry.second, d);
     }
   }
 
@@ -236,7 +268,8 @@ class EngineImpl final : public Engine {
   bool stop_ = false;
   int64_t next_id_ = 1;
   EngineStatsSnapshot stats_;
-  std::map<int64_t, std::shared_ptr<Stream>> streams_;  // engine thread only
+  // Core request id -> its stream and completion index; engine thread only.
+  std::map<int64_t, std::pair<std::shared_ptr<Stream>, int>> streams_;
   std::thread loop_;
 };
 

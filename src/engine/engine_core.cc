@@ -118,6 +118,7 @@ Status EngineCore::AddRequest(int64_t id, std::vector<int32_t> prompt,
   r.tokens = std::move(prompt);
   r.max_new_tokens = options.max_tokens;
   r.cache_salt = options.cache_salt;
+  r.follows = options.follows;
   DINFER_RETURN_IF_ERROR(scheduler_.Add(std::move(r)));
   sample::SamplingParams sp = options.sampling;
   // min_tokens holds back the stop tokens the engine stops on.

@@ -47,6 +47,7 @@ struct RequestOptions {
   bool ignore_eos = false;
   int priority = 0;
   uint64_t cache_salt = 0;
+  int64_t follows = 0;  // n > 1: a sibling request whose prompt blocks this one reuses
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAborted, kError };
@@ -92,8 +93,8 @@ class EngineCore {
  private:
   struct Live {
     RequestOptions options;
-    std::shared_ptr<sample::Sampler> sampler;  // shared with an in-flight step
-    size_t reported = 0;                       // generated tokens already reported
+    std::shared_ptr<sample::Sampler> sampler;    // shared with an in-flight step
+    size_t reported = 0;                         // generated tokens already reported
     std::vector<sample::SampleResult> logprobs;  // of generated tokens not yet reported
   };
   // What one step computes, copied out of the scheduler so that it can plan the next one.

@@ -32,8 +32,11 @@ struct SchedRequest {
   int64_t num_prompt_tokens = 0;
   int64_t max_new_tokens = 0;
   uint64_t cache_salt = 0;
+  RequestId follows = 0;  // a sibling (n > 1) that computes the shared prompt first; 0: none
   int64_t num_computed_tokens = 0;  // tokens whose KV is written or being written this step
-  int64_t num_cached_tokens = 0;    // prompt tokens served from the prefix cache at admission
+  int64_t num_cached_tokens = 0;
+  int64_t num_done_tokens = 0;  // computed by finished steps (their blocks are published)    //
+                                // prompt tokens served from the prefix cache at admission
   int64_t num_preemptions = 0;
   RequestState state = RequestState::kWaiting;
   FinishReason finish = FinishReason::kNone;

@@ -75,6 +75,7 @@ void Scheduler::Preempt(RequestId id, StepPlan& plan) {
   kv_.Free(id);
   r.state = RequestState::kWaiting;
   r.num_computed_tokens = 0;
+  r.num_done_tokens = 0;
   r.num_cached_tokens = 0;
   ++r.num_preemptions;
   running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -139,10 +140,21 @@ StepPlan Scheduler::Schedule() {
 
   // 2. Waiting requests by priority and arrival, while there is room; none after a preemption
   // (memory is short) and none past the first that does not fit (no overtaking).
-  while (plan.preempted.empty() && !waiting_.empty() && budget > 0 &&
+  // A request that follows another (a sibling of n > 1) waits until that one's prompt is
+  // computed, so it finds the prompt's blocks in the prefix cache instead of computing them.
+  size_t next = 0;
+  while (plan.preempted.empty() && next < waiting_.size() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-    const RequestId id = waiting_.front();
+    const RequestId id = waiting_[next];
     SchedRequest& r = requests_.at(id);
+    if (r.follows != 0) {
+      auto leader = requests_.find(r.follows);
+      if (leader != requests_.end() && leader->second.state != RequestState::kFinished &&
+          leader->second.num_done_tokens < leader->second.num_prompt_tokens) {
+        ++next;
+        continue;
+      }
+    }
     if (r.has_placeholder()) break;  // preempted while a step samples its next token
     const int64_t cached = kv_.Match(r.tokens, r.cache_salt);
     const int64_t n = std::min(r.num_tokens() - cached, ChunkLimit(budget, cached, plan));
@@ -150,7 +162,7 @@ StepPlan Scheduler::Schedule() {
     if (!kv_.Allocate(id, cached + n, r.tokens, r.cache_salt, cached)) {
       if (running_.empty() && plan.chunks.empty()) {
         // Nothing else holds memory, yet it cannot start: it never will.
-        waiting_.erase(waiting_.begin());
+        waiting_.erase(waiting_.begin() + static_cast<int64_t>(next));
         Fail(r,
              fmt::format("request {} cannot be admitted: the KV cache cannot hold its first {} "
                          "tokens",
@@ -160,7 +172,7 @@ StepPlan Scheduler::Schedule() {
       }
       break;
     }
-    waiting_.erase(waiting_.begin());
+    waiting_.erase(waiting_.begin() + static_cast<int64_t>(next));
     r.state = RequestState::kRunning;
     r.num_cached_tokens = kv_.NumCachedTokens(id);
     r.num_computed_tokens = r.num_cached_tokens;
@@ -196,6 +208,7 @@ void Scheduler::OnStepDone(const StepPlan& plan) {
     int64_t known = r.num_computed_tokens;
     while (known > 0 && r.tokens[static_cast<size_t>(known - 1)] == kPlaceholderToken) --known;
     kv_.CommitComputed(r.id, r.tokens, known);
+    r.num_done_tokens = known;
     if (kv_.spec().sliding_window > 0) kv_.ReleaseOutsideWindow(r.id, r.num_computed_tokens);
     if (r.num_generated() >= r.max_new_tokens && !r.has_placeholder()) {
       Finish(r.id, FinishReason::kLength);

@@ -60,6 +60,17 @@ class LLMTest(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             self.llm.generate(["x"], dinfer.SamplingParams(presence_penalty=5.0))
 
+    def test_n_completions_share_the_prompt(self):
+        prompt = "Write a short story about a robot who learns to paint. " * 8
+        sp = dinfer.SamplingParams(temperature=1.0, seed=11, max_tokens=8, ignore_eos=True, n=3)
+        out = self.llm.generate([prompt], sp)[0]
+        self.assertEqual([o.index for o in out.outputs], [0, 1, 2])
+        self.assertTrue(all(len(o.token_ids) == 8 for o in out.outputs))
+        self.assertGreater(len({tuple(o.token_ids) for o in out.outputs}), 1)
+        self.assertGreater(out.num_cached_tokens, 0)  # the siblings reused the prompt's blocks
+        again = self.llm.generate([prompt], sp)[0]
+        self.assertEqual([o.token_ids for o in again.outputs], [o.token_ids for o in out.outputs])
+
     def test_tiny_checkpoint_matches_transformers(self):
         d = os.path.join(ROOT, "tests", "data", "models", "qwen3")
         with open(os.path.join(d, "fixture.json")) as f:
