@@ -18,15 +18,15 @@ TEST(CostModel, PredictsMeasuredStepTimesWithin15Percent) {
   ro.max_seq_len = 1536;
   ModelRunner runner(*lm->model, ro);
   ProfileOptions fit;
-  fit.new_tokens = {1, 16, 64, 128};
+  fit.new_tokens = {1, 2, 8, 16, 64, 128};
   fit.context = {0, 256, 512};
-  fit.repetitions = 3;
+  fit.repetitions = 5;
   auto model = ProfileCostModel(runner, fit);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   ProfileOptions held_out;
   held_out.new_tokens = {4, 32, 96};
   held_out.context = {128, 384};
-  held_out.repetitions = 3;
+  held_out.repetitions = 5;
   auto samples = MeasureSteps(runner, held_out);
   ASSERT_TRUE(samples.ok()) << samples.status().ToString();
   for (const auto& s : *samples) {
