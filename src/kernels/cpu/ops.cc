@@ -13,23 +13,6 @@ namespace {
 // Hot inner loops get one clone per instruction set; the loader picks the best at run time.
 #define DINFER_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 
-DINFER_MULTIVERSION float Dot(const float* a, const float* b, int64_t n) {
-  // Eight independent partial sums let the compiler vectorise without -ffast-math.
-  float acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
-  }
-  float s = 0.0f;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int j = 0; j < 16; ++j) s += acc[j];
-  return s;
-}
-
-DINFER_MULTIVERSION void Axpy(float* y, const float* x, float a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
 DINFER_MULTIVERSION void Scale(float* y, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }
@@ -150,50 +133,6 @@ void KvWrite(const KvWriteParams& p) {
     const int64_t slot = p.slot_mapping[t];
     std::memcpy(p.k_cache + slot * p.kv_dim, p.k + t * p.k_stride, sizeof(float) * p.kv_dim);
     std::memcpy(p.v_cache + slot * p.kv_dim, p.v + t * p.v_stride, sizeof(float) * p.kv_dim);
-  }
-}
-
-void Attention(const AttentionParams& p) {
-  const int64_t kv_dim = p.num_kv_heads * p.head_dim;
-  const int64_t qs = p.q_stride ? p.q_stride : p.num_heads * p.head_dim;
-  const int64_t group = p.num_heads / p.num_kv_heads;
-  auto task = [&](int, int64_t index) {
-    const int64_t t = index / p.num_heads;
-    const int64_t h = index % p.num_heads;
-    const int64_t kvh = h / group;
-    const int32_t* table = p.block_tables + p.token_seq[t] * p.max_blocks_per_seq;
-    const int64_t pos = p.q_pos[t];
-    const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
-    const int64_t n = pos - lo + 1;
-    thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(n));
-    const float* q = p.q + t * qs + h * p.head_dim;
-    float max_score = -INFINITY;
-    for (int64_t j = 0; j < n; ++j) {
-      const float* k = KvRow(p.k_cache, table, p.block_size, kv_dim, lo + j) + kvh * p.head_dim;
-      float s = Dot(q, k, p.head_dim) * p.scale;
-      if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
-      scores[j] = s;
-      max_score = std::max(max_score, s);
-    }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < n; ++j) {
-      scores[j] = std::exp(scores[j] - max_score);
-      sum += scores[j];
-    }
-    float* out = p.out + (t * p.num_heads + h) * p.head_dim;
-    std::memset(out, 0, sizeof(float) * p.head_dim);
-    for (int64_t j = 0; j < n; ++j) {
-      const float* v = KvRow(p.v_cache, table, p.block_size, kv_dim, lo + j) + kvh * p.head_dim;
-      Axpy(out, v, scores[j], p.head_dim);
-    }
-    Scale(out, 1.0f / sum, p.head_dim);
-  };
-  const int64_t tasks = p.num_tokens * p.num_heads;
-  if (p.pool != nullptr) {
-    p.pool->ParallelFor(tasks, task);
-  } else {
-    for (int64_t i = 0; i < tasks; ++i) task(0, i);
   }
 }
 
