@@ -448,7 +448,8 @@ double SecondsPerCall(const std::function<void()>& fn, int min_iters, double min
   return elapsed / iters;
 }
 
-// GFLOP/s counted as 4 * head_dim * heads per (query, attended key) pair. DINFER_PERF_THREADS
+// GFLOP/s counted as 4 * head_dim * heads per (query, attended key) pair (a causal prompt of n
+// tokens attends n(n+1)/2 pairs). DINFER_PERF_THREADS
 // (e.g. "1,2,8") picks the thread counts, DINFER_PERF_ISAS (e.g. "avx512,avx2") the ISAs and
 // DINFER_PERF_WORKLOADS (e.g. "prefill") the workloads by name; DINFER_PERF_LEGACY=0 skips the
 // old kernel.

