@@ -63,11 +63,16 @@ StatusOr<sched::CostModel> ProfileCostModel(ModelRunner& runner, const ProfileOp
 
 Status SaveCostModel(const sched::CostModel& model, const std::string& path) {
   const auto& k = model.coefficients();
-  boost::json::object o{{"model", "t = a + b*q + d*q*c + e*q^2 (seconds)"},
+  const auto& s = model.small_step_coefficients();
+  boost::json::object o{{"model", "t = a + b*q + d*q*c + e*q^2 (seconds); small_* for q <= 8"},
                         {"a", k[0]},
                         {"b", k[1]},
                         {"d", k[2]},
-                        {"e", k[3]}};
+                        {"e", k[3]},
+                        {"small_a", s[0]},
+                        {"small_b", s[1]},
+                        {"small_d", s[2]},
+                        {"small_e", s[3]}};
   std::ofstream f(path);
   f << boost::json::serialize(o) << "\n";
   if (!f) return IoError("cannot write the cost profile '{}'", path);
@@ -88,7 +93,13 @@ StatusOr<sched::CostModel> LoadCostModel(const std::string& path) {
     }
     k[i] = x->to_number<double>();
   }
-  return sched::CostModel(k);
+  std::array<double, 4> small = k;
+  const char* small_keys[] = {"small_a", "small_b", "small_d", "small_e"};
+  for (int i = 0; i < 4; ++i) {
+    const auto* x = v.as_object().if_contains(small_keys[i]);
+    if (x != nullptr && x->is_number()) small[i] = x->to_number<double>();
+  }
+  return sched::CostModel(k, small);
 }
 
 }  // namespace dinfer

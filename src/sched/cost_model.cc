@@ -2,10 +2,29 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace dinfer::sched {
 
+namespace {
+
+StatusOr<std::array<double, 4>> FitOne(std::span<const StepSample> samples);
+
+}  // namespace
+
 StatusOr<CostModel> CostModel::Fit(std::span<const StepSample> samples) {
+  std::vector<StepSample> small, large;
+  for (const auto& s : samples) (s.q <= kSmallSteps ? small : large).push_back(s);
+  auto all = FitOne(samples);
+  if (!all.ok()) return all.status();
+  auto fit_small = FitOne(small);
+  auto fit_large = FitOne(large);
+  return CostModel(fit_large.ok() ? *fit_large : *all, fit_small.ok() ? *fit_small : *all);
+}
+
+namespace {
+
+StatusOr<std::array<double, 4>> FitOne(std::span<const StepSample> samples) {
   if (samples.size() < 4) return InvalidArgument("cost model: need at least 4 samples");
   // Normal equations of the least-squares fit over features (1, q, q·c, q²), relative error
   // weighting (1/t²) so short decode steps count as much as long prompts.
@@ -38,13 +57,17 @@ StatusOr<CostModel> CostModel::Fit(std::span<const StepSample> samples) {
   }
   std::array<double, 4> coef{};
   for (int i = 0; i < 4; ++i) coef[i] = ata[i][4] / ata[i][i];
-  return CostModel(coef);
+  return coef;
 }
+
+}  // namespace
 
 double CostModel::Predict(double q, double c) const { return coef_[0] + Marginal(q, c); }
 
 double CostModel::Marginal(double q, double c) const {
-  return coef_[1] * q + coef_[2] * q * c + coef_[3] * q * q;
+  const auto& k = q <= kSmallSteps ? small_ : coef_;
+  // Measured from the large-step intercept, so that Predict = fixed() + Marginal for every q.
+  return k[0] - coef_[0] + k[1] * q + k[2] * q * c + k[3] * q * q;
 }
 
 int64_t CostModel::MaxTokens(double seconds, double c, int64_t max_q) const {
