@@ -22,13 +22,12 @@ namespace {
 class Stream final : public RequestStream {
  public:
   Stream(int64_t id, int n, const tokenizer::Tokenizer* tok, bool skip_special)
-      : id_(id), remaining_(n) {
+      : id_(id), unreturned_finishes_(n) {
     for (int i = 0; tok != nullptr && i < n; ++i) {
       detoks_.push_back(std::make_unique<tokenizer::IncrementalDetokenizer>(*tok, skip_special));
     }
   }
   int64_t id() const override { return id_; }
-  int n() const { return static_cast<int>(detoks_.empty() ? remaining_ : detoks_.size()); }
 
   std::optional<RequestOutput> Next() override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -66,12 +65,11 @@ class Stream final : public RequestStream {
 
  private:
   const int64_t id_;
-  int remaining_;
   std::vector<std::unique_ptr<tokenizer::IncrementalDetokenizer>> detoks_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;
-  int unreturned_finishes_ = remaining_;
+  int unreturned_finishes_;
   bool returned_all_ = false;
 };
 
