@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dinfer/prompt.h"
 #include "dinfer/status.h"
 
 namespace dinfer {
@@ -77,6 +78,19 @@ struct RequestOutput {
   int64_t cached_prompt_tokens = 0;
 };
 
+// What a server needs to know about the loaded model.
+struct ModelInfo {
+  std::string path;                  // resolved checkpoint file or directory
+  std::string architecture;          // registry key ("llama", "qwen2", ...)
+  std::string chat_template;         // Jinja source from the checkpoint (empty: none)
+  std::string bos_token, eos_token;  // their text, as templates refer to them
+  int64_t max_model_len = 0;         // prompt + output tokens per request
+  int64_t vocab_size = 0;
+  // The checkpoint's sampling defaults (generation_config.json).
+  double temperature = 1.0, top_p = 1.0;
+  int top_k = 0;
+};
+
 class RequestStream {
  public:
   virtual ~RequestStream() = default;
@@ -104,6 +118,10 @@ class Engine {
   // Tokenizer access for callers that render prompts themselves.
   virtual StatusOr<std::vector<int32_t>> Encode(const std::string& text) const = 0;
   virtual std::string Decode(const std::vector<int32_t>& ids) const = 0;
+  // A rendered chat prompt (see PromptSegment); no BOS is added: templates write their own.
+  virtual StatusOr<std::vector<int32_t>> EncodeSegments(
+      const std::vector<PromptSegment>& segments) const = 0;
+  virtual ModelInfo model_info() const = 0;
   virtual int64_t vocab_size() const = 0;
 };
 

@@ -88,6 +88,7 @@ class EngineImpl final : public Engine {
     c.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
     c.scheduler.max_model_len =
         o.max_model_len > 0 ? o.max_model_len : lm_.config.max_position_embeddings;
+    max_model_len_ = c.scheduler.max_model_len;
     core_ = std::make_unique<EngineCore>(*lm_.model, c);
     eos_ = lm_.generation.eos_token_ids;
     if (lm_.tokenizer) {
@@ -183,6 +184,27 @@ class EngineImpl final : public Engine {
     return lm_.tokenizer ? lm_.tokenizer->Decode(ids, true) : std::string();
   }
   int64_t vocab_size() const override { return lm_.config.vocab_size; }
+  StatusOr<std::vector<int32_t>> EncodeSegments(
+      const std::vector<PromptSegment>& segments) const override {
+    if (!lm_.tokenizer) return InvalidArgument("model '{}' has no tokenizer", lm_.path);
+    return lm_.tokenizer->EncodeSegments(segments);
+  }
+  ModelInfo model_info() const override {
+    ModelInfo info;
+    info.path = lm_.path;
+    info.architecture = lm_.config.arch;
+    info.max_model_len = max_model_len_;
+    info.vocab_size = lm_.config.vocab_size;
+    info.temperature = lm_.generation.temperature;
+    info.top_p = lm_.generation.top_p;
+    info.top_k = lm_.generation.top_k;
+    if (const tokenizer::Tokenizer* tok = lm_.tokenizer.get()) {
+      info.chat_template = tok->chat_template();
+      if (tok->bos_id()) info.bos_token = tok->TokenBytes(*tok->bos_id());
+      if (!tok->eos_ids().empty()) info.eos_token = tok->TokenBytes(tok->eos_ids().front());
+    }
+    return info;
+  }
 
  private:
   struct Submission {
@@ -258,6 +280,7 @@ class EngineImpl final : public Engine {
 
   LoadedModel lm_;
   std::unique_ptr<EngineCore> core_;
+  int64_t max_model_len_ = 0;
   std::vector<int32_t> eos_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

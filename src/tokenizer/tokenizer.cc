@@ -79,6 +79,38 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special
   return ids;
 }
 
+std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const PromptSegment> segments) const {
+  std::vector<int32_t> ids;
+  std::string run;  // plain text since the last special token
+  auto flush_run = [&] {
+    if (run.empty()) return;
+    std::vector<int32_t> part = Encode(run, /*parse_special=*/false);
+    ids.insert(ids.end(), part.begin(), part.end());
+    run.clear();
+  };
+  std::vector<AddedVocab::Segment> cuts;
+  for (size_t i = 0; i < segments.size();) {
+    if (!segments[i].trusted) {
+      run += segments[i++].text;
+      continue;
+    }
+    // Adjacent trusted segments form one text, so markup split across them still matches.
+    std::string trusted;
+    for (; i < segments.size() && segments[i].trusted; ++i) trusted += segments[i].text;
+    added_->Split(trusted, /*normalized_pass=*/false, /*parse_special=*/true, &cuts);
+    for (const AddedVocab::Segment& cut : cuts) {
+      if (cut.id >= 0 && IsSpecial(cut.id)) {
+        flush_run();
+        ids.push_back(cut.id);
+      } else {
+        run.append(trusted, cut.begin, cut.end - cut.begin);
+      }
+    }
+  }
+  flush_run();
+  return ids;
+}
+
 void Tokenizer::EncodeSegment(std::string_view text, bool parse_special, Scratch* scratch,
                               std::vector<int32_t>* ids) const {
   if (!added_->HasTokens(/*normalized_pass=*/true)) {

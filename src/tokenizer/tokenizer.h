@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "dinfer/prompt.h"
 #include "tokenizer/added_vocab.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pre_tokenizer.h"
@@ -64,6 +65,11 @@ class Tokenizer {
   // parse_special: text matching a special token's content becomes that token; otherwise it is
   // plain text (non-special added tokens always match). No BOS is added: see add_bos().
   std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const;
+  // A rendered prompt: special-token markup is recognised only inside trusted segments (text the
+  // chat template itself wrote); untrusted text (messages, tool arguments) never becomes a
+  // special token. The text between special tokens is encoded as one run, so the ids equal
+  // Encode(concatenation) whenever untrusted text holds no special-token markup.
+  std::vector<int32_t> EncodeSegments(std::span<const PromptSegment> segments) const;
   // Unknown ids are skipped; ill-formed UTF-8 in the joined bytes becomes U+FFFD.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
   // The raw bytes a token stands for (empty for an unknown id).
