@@ -180,8 +180,14 @@ class Lexer {
            1;
   }
 
+  int ColumnOf(size_t pos) const {
+    const auto it = std::lower_bound(newlines_.begin(), newlines_.end(), pos);
+    const size_t line_start = it == newlines_.begin() ? 0 : *(it - 1) + 1;
+    return static_cast<int>(pos - line_start) + 1;
+  }
+
   [[noreturn]] void Error(size_t pos, std::string message) const {
-    throw TemplateError{std::move(message), LineOf(pos)};
+    throw TemplateError{fmt::format("{} (column {})", message, ColumnOf(pos)), LineOf(pos)};
   }
 
   void Emit(TokenType type, std::string value, size_t pos) {
@@ -189,9 +195,7 @@ class Lexer {
     t.type = type;
     t.value = std::move(value);
     t.line = LineOf(pos);
-    const auto it = std::lower_bound(newlines_.begin(), newlines_.end(), pos);
-    const size_t line_start = it == newlines_.begin() ? 0 : *(it - 1) + 1;
-    t.column = static_cast<int>(pos - line_start) + 1;
+    t.column = ColumnOf(pos);
     tokens_.push_back(std::move(t));
   }
 

@@ -43,6 +43,13 @@ std::chrono::system_clock::time_point FixedNow(std::string_view iso) {
   return std::chrono::system_clock::from_time_t(std::mktime(&tm));
 }
 
+// The fixture setup's tokenizer: a derived variant with the template's special tokens added.
+const Tokenizer* SetupTokenizer(const json::object& setup) {
+  std::vector<std::string> specials;
+  for (const auto& s : setup.at("added_specials").as_array()) specials.emplace_back(s.as_string());
+  return testutil::TokenizerWithSpecials(std::string(setup.at("tokenizer").as_string()), specials);
+}
+
 class ChatTemplateFixtures : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -108,6 +115,7 @@ TEST_F(ChatTemplateFixtures, RealTemplatesMatchTransformers) {
   ASSERT_GT(rows.size(), 100u);
   std::map<std::string, ChatTemplate> templates;
   std::map<std::string, std::pair<int, int>> agreement;  // template -> (agree, total)
+  int ids_checked = 0;
   for (const json::object& row : rows) {
     const std::string name(row.at("template").as_string());
     if (!templates.count(name)) {
@@ -146,6 +154,16 @@ TEST_F(ChatTemplateFixtures, RealTemplatesMatchTransformers) {
     const std::string want(row.at("text").as_string());
     EXPECT_EQ(text, want) << label;
     agree += text == want;
+    // Template markers are special tokens, the rest is text: the ids transformers gives.
+    if (const Tokenizer* tok = SetupTokenizer(setup)) {
+      EXPECT_EQ(tok->EncodeSegments(*segments), testutil::Ids(row.at("ids"))) << label;
+      ++ids_checked;
+    }
+  }
+  if (ids_checked == 0) {
+    std::printf("[   INFO   ] ids not checked: %s\n", testutil::kMissingTokenizers);
+  } else {
+    std::printf("[   INFO   ] %d renderings tokenized to the ids of transformers\n", ids_checked);
   }
   for (const auto& [name, counts] : agreement) {
     std::printf("[   INFO   ] %-20s %d/%d renderings agree with transformers\n", name.c_str(),
