@@ -9,9 +9,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "dinfer/prompt.h"
 
 namespace dinfer::output {
 
@@ -99,6 +102,7 @@ struct ParsedOutput {
   std::string content, reasoning;
   std::vector<ToolCall> tool_calls;
   std::optional<std::string> stop;  // the stop sequence that ended the content
+  bool operator==(const ParsedOutput&) const = default;
 };
 ParsedOutput ParseOutput(const OutputFormat& format, std::string_view text);
 
@@ -111,9 +115,11 @@ struct ModelTraits {
   std::string chat_template;  // Jinja source (empty when the prompt is DeepSeek's encoding)
   bool deepseek_v4_encoding = false;  // prompts rendered by tokenizer::EncodeDeepSeekV4
 };
-// The formats the model writes, with no stop sequences; `prompt` (the rendered prompt's text,
-// or at least its end) decides where the output starts: inside <think> when the prompt's last
-// <think> is not closed, inside a DSML tool-calls block when the prompt ends by opening one.
-OutputFormat SelectOutputFormat(const ModelTraits& model, std::string_view prompt);
+// The formats the model writes (no stop sequences), and where its output starts, from the
+// markup the template wrote into the rendered prompt (trusted segments only, so text a user typed
+// cannot change it): inside <think> when the last <think> is not closed, inside a DSML tool-calls
+// block when the prompt ends by opening one. Set `tools` to kNone when the request declares no
+// tools (or tool_choice is "none"), so that plain JSON answers are not taken for calls.
+OutputFormat SelectOutputFormat(const ModelTraits& model, std::span<const PromptSegment> prompt);
 
 }  // namespace dinfer::output
