@@ -322,7 +322,9 @@ class DsmlToolParser : public ToolBlockParser {
           bool partial = invoke == Match::kPartial;
           for (std::string_view end : kBlockEnds) {
             const Match m = MatchAt(text, pos, end);
-            if (m == Match::kYes && calls_ > 0) {
+            if (m == Match::kYes) {
+              // A block without a single call is not a tool call.
+              if (calls_ == 0) return {0, Status::kMalformed};
               pos += end.size();
               phase_ = Phase::kDone;
             }
@@ -331,10 +333,8 @@ class DsmlToolParser : public ToolBlockParser {
           if (phase_ == Phase::kDone) break;
           if (partial && !final) {
             more = true;
-          } else if (calls_ == 0) {
-            return {0, Status::kMalformed};
           } else {
-            ++pos;  // stray text between calls
+            ++pos;  // stray text in the block, skipped as DeepSeek's parser does
           }
           break;
         }
@@ -345,8 +345,7 @@ class DsmlToolParser : public ToolBlockParser {
           pos = quote == std::string_view::npos ? text.size() : quote;
           if (header_.size() > kMaxHeader || header_.find('\n') != std::string::npos ||
               (quote != std::string_view::npos && MatchAt(text, quote, "\">") == Match::kNo)) {
-            if (calls_ == 0) return {0, Status::kMalformed};
-            phase_ = Phase::kBetween;
+            phase_ = Phase::kBetween;  // not an invoke tag: stray text
             break;
           }
           if (quote == std::string_view::npos || MatchAt(text, quote, "\">") != Match::kYes) {
@@ -395,9 +394,10 @@ class DsmlToolParser : public ToolBlockParser {
         }
         case Phase::kValue: {
           const size_t end = text.find(kParamEnd, pos);
-          const size_t stop = end != std::string_view::npos ? end
-                              : final                       ? text.size()
-                                      : text.size() - PartialSuffix(text.substr(pos), kParamEnd);
+          // At the end of the output too, a closing tag cut short is markup, not value.
+          const size_t stop = end != std::string_view::npos
+                                  ? end
+                                  : text.size() - PartialSuffix(text.substr(pos), kParamEnd);
           Value(text.substr(pos, stop - pos), sink);
           pos = stop;
           if (end == std::string_view::npos) {

@@ -44,7 +44,9 @@ std::unique_ptr<ToolBlockParser> MakeJsonToolParser(std::string_view close, bool
 
 // <｜DSML｜invoke name="..."> elements with <｜DSML｜parameter name="..." string="true|false">
 // values, up to </｜DSML｜tool_calls> (or V3.2's </｜DSML｜function_calls>). The arguments stream
-// as {"name": value, ...} with ", " and ": " separators, string="true" values as JSON strings.
+// as {"name": value, ...} with ", " and ": " separators, string="true" values as JSON strings,
+// others as written. Stray text in the block is skipped (as DeepSeek's own parser does); a
+// block that ends without a call is malformed.
 std::unique_ptr<ToolBlockParser> MakeDsmlToolParser();
 
 }  // namespace dinfer::output

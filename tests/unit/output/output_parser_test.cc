@@ -295,6 +295,83 @@ TEST(OutputParserTest, EventsDoNotDependOnTokenBoundaries) {
   }
 }
 
+// Random texts built from markup fragments, whole and complete or cut short, in every format:
+// the events are the same however the text is cut, and tool-call events are well formed.
+TEST(OutputParserTest, RandomMarkupIsCutInvariant) {
+  const std::vector<std::string> fragments = {"a",
+                                              " ",
+                                              "\n",
+                                              "é",
+                                              "世界",
+                                              "STOP",
+                                              "ST",
+                                              "<",
+                                              ">",
+                                              "{",
+                                              "}",
+                                              "\"",
+                                              ",",
+                                              ":",
+                                              "\\",
+                                              ";",
+                                              "<think>",
+                                              "</think>",
+                                              "<thi",
+                                              "<tool_call>",
+                                              "</tool_call>",
+                                              "{\"name\": \"f\"",
+                                              ", \"arguments\": ",
+                                              "{\"a\": [1, \"}\"]}",
+                                              "\"name\"",
+                                              "<|python_tag|>",
+                                              "{\"name\": \"g\", \"parameters\": {}}",
+                                              "<｜DSML｜tool_calls>",
+                                              "</｜DSML｜tool_calls>",
+                                              "<｜DSML｜invoke name=\"f\">",
+                                              "</｜DSML｜invoke>",
+                                              "<｜DSML｜parameter name=\"p\" string=\"true\">",
+                                              "<｜DSML｜parameter name=\"q\" string=\"false\">",
+                                              "</｜DSML｜parameter>",
+                                              "｜DSML｜"};
+  std::mt19937_64 rng(7);
+  for (ToolCallFormat tools : {kNoTools, kHermes, kLlama, kDsml}) {
+    for (int reasoning = 0; reasoning < 3; ++reasoning) {
+      for (bool stop : {false, true}) {
+        OutputFormat format = Format(reasoning == 0 ? kNoReasoning : kThink, tools);
+        format.starts_in_reasoning = reasoning == 2;
+        if (stop) format.stop = {"STOP", "a\n"};
+        for (int n = 0; n < 150; ++n) {
+          std::string text;
+          const size_t count = std::uniform_int_distribution<size_t>(1, 24)(rng);
+          for (size_t i = 0; i < count; ++i) {
+            text += fragments[std::uniform_int_distribution<size_t>(0, fragments.size() - 1)(rng)];
+          }
+          SCOPED_TRACE(text);
+          const std::vector<OutputEvent> whole = Merge(Feed(format, {text}));
+          ASSERT_EQ(Merge(Feed(format, Bytes(text))), whole);
+          ASSERT_EQ(Merge(Feed(format, RandomCuts(text, rng()))), whole);
+          int begun = 0;
+          bool open = false;
+          for (const OutputEvent& e : whole) {
+            if (e.type == Type::kToolCallBegin) {
+              EXPECT_FALSE(open);
+              EXPECT_EQ(e.tool_index, begun++);
+              open = true;
+            } else if (e.type == Type::kToolCallArgs || e.type == Type::kToolCallEnd) {
+              EXPECT_TRUE(open);
+              EXPECT_EQ(e.tool_index, begun - 1);
+              open = e.type == Type::kToolCallArgs;
+            } else {
+              EXPECT_FALSE(open) << "content inside a call";
+            }
+          }
+          EXPECT_FALSE(open) << "a call was not ended";
+        }
+      }
+    }
+  }
+}
+
 // Streaming emits as early as correctness allows: text that cannot be part of a marker or a
 // stop sequence is not held back.
 TEST(OutputParserTest, EmitsAsSoonAsTextIsDecided) {
