@@ -1,9 +1,13 @@
 // DeepSeek V4's prompt encoding, written natively: DeepSeek ships V4's chat format as code (the
 // checkpoint's encoding/encoding_dsv4.py and, for serving, the deepseek-recipe package's
-// DeepseekV4Encoding) rather than as a Jinja template. This follows deepseek-recipe 0.2.0, whose
-// renderings are the test goldens (tests/data/tokenizer/deepseek_v4/); where the two differ,
-// recipe's serving behaviour wins (effort tiers, system messages gathered at the top, an
-// assistant turn opened by <｜Assistant｜> wherever it starts, history reasoning dropped).
+// DeepseekV4Encoding) rather than as a Jinja template. This follows deepseek-recipe 0.2.0; its
+// renderings (text, special-token ranges, token ids) are the goldens in
+// tests/data/tokenizer/deepseek_v4/. Where encoding_dsv4.py differs, recipe's serving behaviour
+// is taken: effort tiers (low: no prefix; high and xhigh: the "Absolute maximum" prefix; max:
+// "Beyond maximum"), system messages gathered at the top wherever they stand, <｜Assistant｜>
+// opening every assistant turn, the reasoning of earlier turns dropped unless tools are in use,
+// tool schemas as {"name", "description", "parameters"}. Not from either: "developer" messages
+// are system messages (OpenAI's meaning); recipe rejects the role.
 //
 // Segments: the special tokens the encoding writes are trusted; everything else — messages,
 // tool schemas, arguments, and the encoding's own prose between its tokens — is untrusted, so

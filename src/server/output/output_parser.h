@@ -69,10 +69,11 @@ struct OutputEvent {
 // sequence is held back until it is decided. Finish() releases what is held at the end of the
 // output. The concatenation of all events does not depend on how the text was cut.
 //
-// Malformed tool calls (as vLLM does for whole outputs): a call whose name cannot be read — the
-// JSON is not an object with a string "name", or the DSML invoke tag is broken — is returned
-// as content, markup included. Once a call has begun, its arguments stream as written; a call
-// the output leaves unterminated ends there.
+// Malformed tool calls (vLLM returns unparsable calls as content): a block from which no call
+// can be read — JSON that is not an object with a string "name", a DSML block without an invoke
+// — is content, its markup included. Stray text inside a DSML block is skipped, as DeepSeek's
+// parser does. Once a call has begun, its arguments stream as written; output that ends inside a
+// call ends the call there.
 class OutputParser {
  public:
   explicit OutputParser(OutputFormat format);
