@@ -19,6 +19,10 @@
 #include "tokenizer/bpe.h"
 #include "tokenizer/pre_tokenizer.h"
 
+namespace dinfer {
+class ThreadPool;
+}
+
 namespace dinfer::tokenizer {
 
 // What a GGUF file's tokenizer.* metadata holds; the model loader fills it.
@@ -71,7 +75,12 @@ class Tokenizer {
   // reference prompt encoding does, so no request text can become a control token. The plain
   // text between added tokens is encoded as one run, so the ids equal Encode(concatenation)
   // whenever untrusted text holds no added token's text.
-  std::vector<int32_t> EncodeSegments(std::span<const PromptSegment> segments) const;
+  // With a pool, large prompts are encoded in parallel with the same result: the runs between
+  // special tokens are pre-tokenized concurrently, and the pieces of long runs are cut into
+  // chunks whose BPE runs concurrently. Calls sharing a pool take turns (ThreadPool runs one loop
+  // at a time).
+  std::vector<int32_t> EncodeSegments(std::span<const PromptSegment> segments,
+                                      ThreadPool* pool = nullptr) const;
   // Unknown ids are skipped; ill-formed UTF-8 in the joined bytes becomes U+FFFD.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
   // The raw bytes a token stands for (empty for an unknown id).
@@ -89,9 +98,22 @@ class Tokenizer {
  private:
   struct Scratch;
   Tokenizer() = default;
-  void EncodeText(std::string_view text, Scratch* scratch, std::vector<int32_t>* ids) const;
-  void EncodeSegment(std::string_view text, bool parse_special, Scratch* scratch,
-                     std::vector<int32_t>* ids) const;
+  // Walks `text` as Encode does: on_id(id) for each added token matched, on_piece(piece) for each
+  // pre-token BPE must encode, in order. Pieces may view scratch buffers, valid during the call.
+  // Which added tokens a walk matches: all, the non-special ones (special-token text is plain),
+  // or none (the text is normalized and pre-tokenized as a whole).
+  enum class AddedTokens { kAll, kNonSpecial, kNone };
+  template <typename OnId, typename OnPiece>
+  void ForEachPiece(std::string_view text, AddedTokens added, Scratch* scratch, OnId&& on_id,
+                    OnPiece&& on_piece) const;
+  // The text between the added tokens of a rendered prompt, and those tokens: each part is a
+  // run of plain text (id < 0) or one added token.
+  struct PromptPart {
+    int32_t id = -1;
+    std::string text;
+  };
+  std::vector<PromptPart> SplitPrompt(std::span<const PromptSegment> segments) const;
+  std::vector<int32_t> EncodeParts(const std::vector<PromptPart>& parts, ThreadPool& pool) const;
 
   std::unique_ptr<AddedVocab> added_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
