@@ -76,7 +76,7 @@ class Tokenizer {
   // text between added tokens is encoded as one run, so the ids equal Encode(concatenation)
   // whenever untrusted text holds no added token's text.
   // With a pool, large prompts are encoded in parallel with the same result: the runs between
-  // special tokens are pre-tokenized concurrently, and the pieces of long runs are cut into
+  // added tokens are pre-tokenized concurrently, and the pieces of long runs are cut into
   // chunks whose BPE runs concurrently. Calls sharing a pool take turns (ThreadPool runs one loop
   // at a time).
   std::vector<int32_t> EncodeSegments(std::span<const PromptSegment> segments,

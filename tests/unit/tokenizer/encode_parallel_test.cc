@@ -68,7 +68,7 @@ TEST_P(EncodeParallelTest, SameIdsAsSequential) {
   }
   // One long message alone: its pieces are the only parallel work.
   const std::vector<PromptSegment> single = {{Prompt(corpus_, 1, true, 11)[1].text, false}};
-  EXPECT_EQ(tok_->EncodeSegments(single, &two), tok_->Encode(single[0].text, false));
+  EXPECT_EQ(tok_->EncodeSegments(single, &two), tok_->EncodeSegments(single));
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, EncodeParallelTest,
