@@ -73,12 +73,13 @@ def run_dinfer(binary, tokenizer_dir, template, chat_path, threads, reps, workdi
 
 def run_hf(hf, text, reps):
     hf.encode(text, add_special_tokens=False)  # warm-up, as dinfer's first run
-    runs = []
+    runs, cpu_runs = [], []
     for _ in range(reps):
-        start = time.perf_counter()
+        cpu_start, start = time.process_time(), time.perf_counter()
         ids = hf.encode(text, add_special_tokens=False).ids
         runs.append((time.perf_counter() - start) * 1e3)
-    return runs, ids
+        cpu_runs.append((time.process_time() - cpu_start) * 1e3)
+    return runs, cpu_runs, ids
 
 
 def main():
@@ -102,8 +103,10 @@ def main():
     chat = build_chat(hf, corpus, args.tokens, args.seed)
     threads = [int(t) for t in args.threads.split(",")]
 
+    load_before = os.getloadavg()
     dinfer_runs = {t: [] for t in threads}
-    hf_runs = []
+    dinfer_cpu = {t: [] for t in threads}
+    hf_runs, hf_cpu = [], []
     with tempfile.TemporaryDirectory() as workdir:
         chat_path = os.path.join(workdir, "chat.json")
         json.dump(chat, open(chat_path, "w"))
@@ -113,15 +116,19 @@ def main():
                                  args.reps, workdir)
             for r in summary["encode"]:
                 dinfer_runs[r["threads"]] += r["runs_ms"]
+                dinfer_cpu[r["threads"]] += r["runs_cpu_ms"]
             text = open(os.path.join(workdir, "prompt.txt"), encoding="utf-8", newline="").read()
-            runs, hf_ids = run_hf(hf, text, args.reps)
+            runs, cpu_runs, hf_ids = run_hf(hf, text, args.reps)
             hf_runs += runs
+            hf_cpu += cpu_runs
         dinfer_ids = [int(x) for x in open(os.path.join(workdir, "ids.txt")).read().split(",")]
     if dinfer_ids != hf_ids:
         first = next(i for i, (a, b) in enumerate(zip(dinfer_ids, hf_ids)) if a != b)
         sys.exit(f"ids differ from HF at token {first} (of {len(hf_ids)})")
 
     hf_ms = statistics.median(hf_runs)
+    hf_cpu_ms = statistics.median(hf_cpu)
+    med = statistics.median
     result = {
         "what": "tokenizing one long chat prompt (SmolLM2 chat template, SmolLM2 tokenizer.json): "
                 "dinfer EncodeSegments vs HF tokenizers Tokenizer.encode",
@@ -129,17 +136,24 @@ def main():
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                  capture_output=True, text=True).stdout.strip(),
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count(),
-                    "note": "shared machine; hardware threads as the process sees them"},
+                    "load_average_before_after": [load_before[0], os.getloadavg()[0]],
+                    "note": "shared machine: other jobs' load slows both sides and blurs the "
+                            "multi-thread figures"},
         "hf_tokenizers_version": tokenizers.__version__,
         "prompt": {"messages": len(chat["messages"]), "tokens": summary["tokens"],
                    "bytes": summary["bytes"], "segments": summary["segments"]},
         "ids_equal": True,
         "hf_median_ms": hf_ms,
-        "dinfer_median_ms": {str(t): statistics.median(v) for t, v in dinfer_runs.items()},
-        "ratio_hf_over_dinfer": {str(t): hf_ms / statistics.median(v)
-                                 for t, v in dinfer_runs.items()},
+        "dinfer_median_ms": {str(t): med(v) for t, v in dinfer_runs.items()},
+        # Wall time: what a caller waits for.
+        "ratio_hf_over_dinfer": {str(t): hf_ms / med(v) for t, v in dinfer_runs.items()},
+        # Single-thread CPU time, which other jobs on a shared machine do not inflate.
+        "hf_median_cpu_ms": hf_cpu_ms,
+        "dinfer_1_thread_median_cpu_ms": med(dinfer_cpu[1]) if 1 in dinfer_cpu else None,
+        "ratio_cpu_1_thread": hf_cpu_ms / med(dinfer_cpu[1]) if 1 in dinfer_cpu else None,
         "rounds": args.rounds, "reps_per_round": args.reps,
         "runs_ms": {"hf": hf_runs, **{f"dinfer_t{t}": v for t, v in dinfer_runs.items()}},
+        "runs_cpu_ms": {"hf": hf_cpu, **{f"dinfer_t{t}": v for t, v in dinfer_cpu.items()}},
     }
     out = args.out or os.path.join(ROOT, "bench", "results",
                                    f"{result['date']}-tokenize-vs-hf.json")
@@ -147,8 +161,11 @@ def main():
         json.dump(result, f, indent=2)
         f.write("\n")
     print(f"{summary['tokens']} tokens: HF {hf_ms:.1f} ms; " + ", ".join(
-        f"dinfer {t} thread(s) {statistics.median(v):.1f} ms (x{hf_ms / statistics.median(v):.2f})"
+        f"dinfer {t} thread(s) {med(v):.1f} ms (x{hf_ms / med(v):.2f})"
         for t, v in dinfer_runs.items()))
+    if 1 in dinfer_cpu:
+        print(f"CPU time, one thread: HF {hf_cpu_ms:.1f} ms, dinfer {med(dinfer_cpu[1]):.1f} ms "
+              f"(x{hf_cpu_ms / med(dinfer_cpu[1]):.2f})")
     print(f"wrote {out}")
 
 
