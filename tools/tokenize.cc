@@ -26,8 +26,9 @@ void AddTokenizeFlags(CLI::App& cmd, TokenizeArgs& a) {
   cmd.add_option("--text", a.text, "text to tokenize (special-token markup recognised)");
   cmd.add_option("--file", a.file, "file whose text to tokenize");
   cmd.add_option("--chat", a.chat,
-                 "JSON file {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": "
-                 "true, \"chat_template_kwargs\": {...}} rendered with the chat template");
+                 "JSON file {\"messages\": [...], \"tools\": [...], \"documents\": [...], "
+                 "\"add_generation_prompt\": true, \"continue_final_message\": false, "
+                 "\"chat_template_kwargs\": {...}} rendered with the chat template");
   cmd.add_option("--chat-template", a.chat_template,
                  "Jinja file to render --chat with instead of the model's template");
   cmd.add_flag("--no-special", a.no_special, "treat special-token markup in the text as text");
@@ -104,6 +105,11 @@ StatusOr<std::vector<PromptSegment>> Prompt(const TokenizeArgs& a,
   DINFER_ASSIGN_OR_RETURN(tokenizer::ChatTemplate tmpl, tokenizer::ChatTemplate::Parse(source));
   tokenizer::ChatRenderOptions o;
   if (const auto* v = c.if_contains("tools")) o.tools = *v;
+  if (const auto* v = c.if_contains("documents")) o.documents = *v;
+  if (const auto* v = c.if_contains("continue_final_message"); v && v->is_bool()) {
+    o.continue_final_message = v->as_bool();
+    o.add_generation_prompt = false;
+  }
   if (const auto* v = c.if_contains("add_generation_prompt"); v && v->is_bool()) {
     o.add_generation_prompt = v->as_bool();
   }

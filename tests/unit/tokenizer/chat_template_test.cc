@@ -143,9 +143,13 @@ TEST_F(ChatTemplateFixtures, RealTemplatesMatchTransformers) {
     o.bos_token = setup.at("bos_token").as_string();
     o.eos_token = setup.at("eos_token").as_string();
     if (const json::value* tools = conv.if_contains("tools")) o.tools = *tools;
-    const std::string label = fmt::format(
-        "{} / {} / gen={} / {}", name, std::string_view(row.at("conversation").as_string()),
-        row.at("add_generation_prompt").as_bool(), json::serialize(row.at("kwargs")));
+    if (const json::value* documents = conv.if_contains("documents")) o.documents = *documents;
+    o.continue_final_message = row.contains("continue_final_message");
+    const std::string label =
+        fmt::format("{} / {} / gen={} / continue={} / {}", name,
+                    std::string_view(row.at("conversation").as_string()),
+                    row.at("add_generation_prompt").as_bool(), o.continue_final_message,
+                    json::serialize(row.at("kwargs")));
     auto segments = templates.at(name).Render(conv.at("messages").as_array(), o);
     auto& [agree, total] = agreement[name];
     ++total;
