@@ -59,6 +59,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(TokenizerDefinition def) {
   }
   tok->add_bos_ = def.add_bos;
   tok->chat_template_ = std::move(def.chat_template);
+  tok->tool_use_chat_template_ = std::move(def.tool_use_chat_template);
   return tok;
 }
 

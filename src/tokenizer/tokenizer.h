@@ -34,8 +34,9 @@ struct GgufTokenizerSpec {
                                      // 6 byte; empty: all normal
   std::vector<std::string> merges;   // tokenizer.ggml.merges ("a b")
   std::optional<int32_t> bos_id, eos_id, eot_id, unk_id, pad_id;
-  bool add_bos = false;  // tokenizer.ggml.add_bos_token
-  std::string chat_template;
+  bool add_bos = false;                // tokenizer.ggml.add_bos_token
+  std::string chat_template;           // tokenizer.chat_template
+  std::string tool_use_chat_template;  // tokenizer.chat_template.tool_use
 };
 
 // Everything a Tokenizer is built from, whatever the file format; the loaders fill it.
@@ -52,6 +53,8 @@ struct TokenizerDefinition {
   std::vector<int32_t> eos_ids;
   bool add_bos = false;
   std::string chat_template;
+  // HF's named "tool_use" template (apply_chat_template takes it when tools are given).
+  std::string tool_use_chat_template;
 };
 
 class Tokenizer {
@@ -60,7 +63,9 @@ class Tokenizer {
   static StatusOr<std::unique_ptr<Tokenizer>> FromTokenizerJson(
       std::string_view json_text, std::string_view tokenizer_config_json);
   // A directory holding tokenizer.json, or the tokenizer.json file itself; tokenizer_config.json,
-  // generation_config.json (more eos ids) and chat_template.jinja beside it are read if present.
+  // generation_config.json (more eos ids), chat_template.jinja and
+  // additional_chat_templates/tool_use.jinja beside it are read if present (the template files
+  // win over tokenizer_config.json's chat_template, as in transformers).
   static StatusOr<std::unique_ptr<Tokenizer>> FromTokenizerJsonFile(const std::string& dir_or_file);
   static StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufTokenizerSpec& spec);
   // What both loaders end with; also for tests and tokenizers assembled in code.
@@ -94,6 +99,8 @@ class Tokenizer {
   bool add_bos() const { return add_bos_; }
   bool IsSpecial(int32_t id) const;
   const std::string& chat_template() const { return chat_template_; }
+  // The template for requests with tools, when the checkpoint names one "tool_use" (else empty).
+  const std::string& tool_use_chat_template() const { return tool_use_chat_template_; }
 
  private:
   struct Scratch;
@@ -125,6 +132,7 @@ class Tokenizer {
   std::vector<int32_t> eos_ids_;
   bool add_bos_ = false;
   std::string chat_template_;
+  std::string tool_use_chat_template_;
 };
 
 // Streams decoded text: Push returns only complete UTF-8; a multi-byte sequence split across
