@@ -119,7 +119,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void DoRead() {
     if (closed_) return;
     parser_.emplace();
-    parser_->body_limit(shared_->options.max_body_bytes);
+    // The body limit is applied once the header is read, so that the 413 knows the target.
+    parser_->body_limit(boost::none);
     parser_->header_limit(kHeaderLimit);
     stream_.expires_after(std::chrono::seconds(shared_->options.idle_timeout_s));
     http::async_read_header(
@@ -130,6 +131,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnHeader(beast::error_code ec) {
     if (ec) return ReadFailed(ec);
     const auto& req = parser_->get();
+    const uint64_t limit = shared_->options.max_body_bytes;
+    if (parser_->content_length().value_or(0) > limit) return ReadFailed(http::error::body_limit);
+    parser_->body_limit(limit);
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       // curl waits for this before sending a body larger than 1 KiB.
       auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");

@@ -225,6 +225,15 @@ ApiResult<GenerationRequest> Parse(const json::object& body, bool count_only) {
     req.stream = r.Bool("stream").value_or(false);
   }
   ReadThinking(r, req);
+  if (const json::object* config = r.Object("output_config")) {
+    FieldReader cr(*config, "output_config.");
+    if (auto effort = cr.String("effort")) req.template_kwargs["reasoning_effort"] = *effort;
+    if (cr.Get("format") != nullptr) {
+      cr.Fail("format",
+              "'output_config.format' is not supported yet: this server has no structured outputs");
+    }
+    if (!cr.ok()) r.Fail(cr.error().param, cr.error().message);
+  }
   if (!r.ok()) return r.error();
   return req;
 }
