@@ -79,8 +79,11 @@ class Session : public std::enable_shared_from_this<Session> {
     Run([=, this] {
       if (!Current(serial) || response_started_) return;
       response_started_ = streaming_ = true;
+      // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+      if (http10_) keep_alive_ = false;
       std::string out = Head(status, content_type, headers, keep_alive_);
-      out += "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
+      out += http10_ ? "Cache-Control: no-cache\r\n\r\n"
+                     : "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
       Queue(std::move(out), false);
     });
   }
@@ -88,13 +91,13 @@ class Session : public std::enable_shared_from_this<Session> {
     if (data.empty()) return;
     Run([=, this, data = std::move(data)] {
       if (!Current(serial) || !streaming_ || last_queued_) return;
-      Queue(fmt::format("{:x}\r\n{}\r\n", data.size(), data), false);
+      Queue(http10_ ? data : fmt::format("{:x}\r\n{}\r\n", data.size(), data), false);
     });
   }
   void End(uint64_t serial) {
     Run([=, this] {
       if (!Current(serial) || !streaming_ || last_queued_) return;
-      Queue("0\r\n\r\n", true);
+      Queue(http10_ ? "" : "0\r\n\r\n", true);
     });
   }
   void Post(std::function<void()> fn) { net::post(stream_.get_executor(), std::move(fn)); }
@@ -189,6 +192,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Handle() {
     HttpRequest req = parser_->release();
     keep_alive_ = req.keep_alive();
+    http10_ = req.version() == 10;
     stream_.expires_never();
     auto exchange = OpenExchange();
     Watch();
@@ -218,6 +222,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Queue(std::string data, bool last) {
     out_ += data;
     if (last) last_queued_ = true;
+    if (out_.empty() && !writing_ && last_queued_) return CompleteExchange();
     DoWrite();
   }
 
@@ -298,7 +303,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::function<void()> on_disconnect_;
   uint64_t serial_ = 0;
   bool exchange_open_ = false, response_started_ = false, streaming_ = false;
-  bool last_queued_ = false, keep_alive_ = true, writing_ = false;
+  bool last_queued_ = false, keep_alive_ = true, http10_ = false, writing_ = false;
   bool watching_ = false, read_after_watch_ = false, closed_ = false;
 
   friend class HttpExchange;
