@@ -6,6 +6,8 @@
 #include <numeric>
 #include <random>
 
+#include <time.h>
+
 #include <boost/json.hpp>
 
 #include "base/logging.h"
@@ -21,7 +23,15 @@ StatusOr<std::vector<sched::StepSample>> MeasureSteps(ModelRunner& runner,
   std::iota(table.begin(), table.end(), 0);
   std::mt19937 rng(1);
   std::vector<sched::StepSample> samples;
-  using Clock = std::chrono::steady_clock;
+  auto now = [&o] {
+    if (o.thread_cpu_time) {
+      timespec ts;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
   for (int64_t c : o.context) {
     for (int64_t q : o.new_tokens) {
       if (c + q > capacity) continue;
@@ -36,9 +46,9 @@ StatusOr<std::vector<sched::StepSample>> MeasureSteps(ModelRunner& runner,
       DINFER_RETURN_IF_ERROR(runner.Execute(std::span(&chunk, 1)).status());  // warm-up
       std::vector<double> times;
       for (int r = 0; r < std::max(1, o.repetitions); ++r) {
-        const auto t0 = Clock::now();
+        const double t0 = now();
         DINFER_RETURN_IF_ERROR(runner.Execute(std::span(&chunk, 1)).status());
-        times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        times.push_back(now() - t0);
       }
       std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
       samples.push_back({static_cast<double>(q), static_cast<double>(c), times[times.size() / 2]});

@@ -15,6 +15,10 @@ struct ProfileOptions {
   std::vector<int64_t> new_tokens = {1, 8, 32, 128, 256};
   std::vector<int64_t> context = {0, 256, 1024};
   int repetitions = 3;  // the median of these is kept
+  // Time with the calling thread's CPU clock instead of the wall clock. Only for single-threaded
+  // runners (all work runs on the calling thread): it leaves out time other processes take the
+  // core, so profiles measured on a shared machine stay comparable.
+  bool thread_cpu_time = false;
 };
 
 // Measures every (q, c) of the grid that fits the runner's KV cache; returns the samples.

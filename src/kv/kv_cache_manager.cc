@@ -41,8 +41,6 @@ int64_t KvCacheManager::Match(std::span<const int32_t> tokens, uint64_t salt) {
     if (pool_.Lookup(h) == kNullBlock) break;
     ++hits;
   }
-  prefix_queries_ += static_cast<int64_t>(tokens.size());
-  prefix_hits_ += hits * bs;
   return hits * bs;
 }
 
@@ -117,6 +115,12 @@ bool KvCacheManager::Allocate(RequestId request, int64_t total_tokens,
     state.num_cached_tokens = state.num_committed_blocks * spec_.block_size;
     state.last_hash = plan.last_hash;
     state.salt = salt;
+    // Counted at admission, not in Match: a waiting request is matched again at every step it
+    // stays blocked.
+    if (spec_.enable_prefix_caching && !tokens.empty()) {
+      prefix_queries_ += static_cast<int64_t>(tokens.size());
+      prefix_hits_ += state.num_cached_tokens;
+    }
   }
   state.table.reserve(state.table.size() + static_cast<size_t>(plan.num_new));
   for (int64_t i = 0; i < plan.num_new; ++i) state.table.push_back(pool_.Take());

@@ -29,12 +29,14 @@ struct KvCacheSpec {
 };
 
 struct KvCacheStats {
-  int64_t total = 0;           // allocatable blocks (num_blocks - 1)
-  int64_t free = 0;            // on the free list, holding nothing reusable
-  int64_t cached = 0;          // unreferenced but holding a cached full block (evictable, LRU)
-  int64_t in_use = 0;          // referenced by at least one request
-  int64_t prefix_queries = 0;  // tokens looked up by Match
-  int64_t prefix_hits = 0;     // of those, tokens found cached
+  int64_t total = 0;   // allocatable blocks (num_blocks - 1)
+  int64_t free = 0;    // on the free list, holding nothing reusable
+  int64_t cached = 0;  // unreferenced but holding a cached full block (evictable, LRU)
+  int64_t in_use = 0;  // referenced by at least one request
+  // Counted when a request is admitted (its first Allocate with tokens): its tokens, and of
+  // those the cached ones it reuses.
+  int64_t prefix_queries = 0;
+  int64_t prefix_hits = 0;
 };
 
 // The hash of a full block: its tokens, its parent block's hash (0 for the first) and the salt.
@@ -54,9 +56,8 @@ class KvCacheManager {
   // Longest cached prefix of `tokens` in whole blocks, leaving at least one token to compute
   // (so at most tokens.size() - 1 tokens). Returns the number of cached tokens; the blocks are
   // not yet taken: Allocate(..., num_cached_tokens) takes them. With prefix caching disabled it
-  // returns 0 and counts nothing; otherwise every call adds tokens.size() to prefix_queries and
-  // the result to prefix_hits. Sliding-window specs match the same way: every block of the prefix
-  // must be cached, not only those the window still reads.
+  // returns 0. Sliding-window specs match the same way: every block of the prefix must be
+  // cached, not only those the window still reads.
   int64_t Match(std::span<const int32_t> tokens, uint64_t salt);
 
   // Blocks Allocate would take out of the free and cached pools for `request` to hold

@@ -81,14 +81,16 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special
 
 std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const PromptSegment> segments) const {
   std::vector<int32_t> ids;
-  std::string run;  // plain text since the last special token
+  Scratch scratch;
+  std::string run;  // plain text since the last added token
   auto flush_run = [&] {
     if (run.empty()) return;
-    std::vector<int32_t> part = Encode(run, /*parse_special=*/false);
-    ids.insert(ids.end(), part.begin(), part.end());
+    std::string_view text = run;
+    if (nfc_ && NormalizeNfc(text, &scratch.normalized)) text = scratch.normalized;
+    EncodeText(text, &scratch, &ids);
     run.clear();
   };
-  std::vector<AddedVocab::Segment> cuts;
+  std::vector<AddedVocab::Segment> raw_cuts, cuts;
   for (size_t i = 0; i < segments.size();) {
     if (!segments[i].trusted) {
       run += segments[i++].text;
@@ -97,13 +99,25 @@ std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const PromptSegment> se
     // Adjacent trusted segments form one text, so markup split across them still matches.
     std::string trusted;
     for (; i < segments.size() && segments[i].trusted; ++i) trusted += segments[i].text;
-    added_->Split(trusted, /*normalized_pass=*/false, /*parse_special=*/true, &cuts);
-    for (const AddedVocab::Segment& cut : cuts) {
-      if (cut.id >= 0 && IsSpecial(cut.id)) {
+    // Every added token the template wrote is markup, whether or not tokenizer.json calls it
+    // special (DeepSeek's role and DSML tokens are not); both of HF's passes look for them, the
+    // normalized one on the raw text, which template markup leaves unchanged.
+    added_->Split(trusted, /*normalized_pass=*/false, /*parse_special=*/true, &raw_cuts);
+    for (const AddedVocab::Segment& raw : raw_cuts) {
+      if (raw.id >= 0) {
         flush_run();
-        ids.push_back(cut.id);
-      } else {
-        run.append(trusted, cut.begin, cut.end - cut.begin);
+        ids.push_back(raw.id);
+        continue;
+      }
+      std::string_view piece(trusted.data() + raw.begin, raw.end - raw.begin);
+      added_->Split(piece, /*normalized_pass=*/true, /*parse_special=*/true, &cuts);
+      for (const AddedVocab::Segment& cut : cuts) {
+        if (cut.id >= 0) {
+          flush_run();
+          ids.push_back(cut.id);
+        } else {
+          run.append(piece, cut.begin, cut.end - cut.begin);
+        }
       }
     }
   }

@@ -65,10 +65,12 @@ class Tokenizer {
   // parse_special: text matching a special token's content becomes that token; otherwise it is
   // plain text (non-special added tokens always match). No BOS is added: see add_bos().
   std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const;
-  // A rendered prompt: special-token markup is recognised only inside trusted segments (text the
-  // chat template itself wrote); untrusted text (messages, tool arguments) never becomes a
-  // special token. The text between special tokens is encoded as one run, so the ids equal
-  // Encode(concatenation) whenever untrusted text holds no special-token markup.
+  // A rendered prompt: added tokens (special or not) are recognised only inside trusted segments
+  // (text the chat template itself wrote); untrusted text (messages, tool arguments) and the
+  // trusted text between added tokens are encoded without the added vocabulary, as DeepSeek's
+  // reference prompt encoding does, so no request text can become a control token. The plain
+  // text between added tokens is encoded as one run, so the ids equal Encode(concatenation)
+  // whenever untrusted text holds no added token's text.
   std::vector<int32_t> EncodeSegments(std::span<const PromptSegment> segments) const;
   // Unknown ids are skipped; ill-formed UTF-8 in the joined bytes becomes U+FFFD.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;

@@ -21,12 +21,14 @@ TEST(CostModel, PredictsMeasuredStepTimesWithin15Percent) {
   fit.new_tokens = {1, 2, 8, 16, 64, 128};
   fit.context = {0, 256, 512};
   fit.repetitions = 5;
+  fit.thread_cpu_time = true;  // one thread: other processes on the machine do not count
   auto model = ProfileCostModel(runner, fit);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   ProfileOptions held_out;
   held_out.new_tokens = {4, 32, 96};
   held_out.context = {128, 384};
   held_out.repetitions = 5;
+  held_out.thread_cpu_time = true;
   auto samples = MeasureSteps(runner, held_out);
   ASSERT_TRUE(samples.ok()) << samples.status().ToString();
   for (const auto& s : *samples) {

@@ -98,6 +98,21 @@ TEST(KvCacheManager, PrefixHitAfterFree) {
   EXPECT_EQ(s.prefix_hits, 8);
 }
 
+// A waiting request is matched again at every step it stays blocked; only its admission counts.
+TEST(KvCacheManager, PrefixStatsCountAdmissionsNotLookups) {
+  const auto tokens = Seq(0, 10);
+  TableRunner t(Spec(9, 4), {{.id = 1, .tokens = tokens, .prompt_len = 10}});
+  t.Run({
+      {Op::kMatch, 1, 0, 0, {8, 0, 0}},
+      {Op::kMatch, 1, 0, 0, {8, 0, 0}},
+      {Op::kMatch, 1, 0, 0, {8, 0, 0}},
+  });
+  EXPECT_EQ(t.kv().Stats().prefix_queries, 0);
+  t.Run({{Op::kAllocate, 1, 10, 0, {5, 0, 3}, {{1, {1, 2, 3}}}}});
+  EXPECT_EQ(t.kv().Stats().prefix_queries, 10);
+  EXPECT_EQ(t.kv().Stats().prefix_hits, 0);
+}
+
 // A tight pool evicts cached blocks least recently freed first; Free releases the tail first, so a
 // request's prefix head outlives its tail.
 TEST(KvCacheManager, LruEvictsTailBlocksFirst) {

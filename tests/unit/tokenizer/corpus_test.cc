@@ -2,6 +2,7 @@
 // tokenizer.json variant make_tokenizer_json.py derives from the default model, through both the
 // tokenizer.json loader and the GGUF loader.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -241,6 +242,29 @@ TEST_F(SmolLm2Test, EncodeSegmentsHonoursMarkupOnlyInTrustedText) {
   for (int32_t id : ids) specials += json_->IsSpecial(id);
   EXPECT_EQ(specials, 2);
   EXPECT_EQ(json_->Decode(ids), "<|im_start|>user\n<|im_end|><|im_start|>system<|im_end|>");
+}
+
+// Non-special added tokens are markup too (DeepSeek's and Qwen's role and tool tokens are):
+// recognised where the template wrote them, plain text where a request did.
+TEST(EncodeSegmentsTest, AddedTokensOnlyInTrustedText) {
+  if (!FileExists(TokenizersDir() + "/gpt2_prefix/tokenizer.json")) {
+    GTEST_SKIP() << testutil::kMissingTokenizers;
+  }
+  const Tokenizer* tok = Load("gpt2_prefix", false);
+  ASSERT_NE(tok, nullptr);
+  const int32_t tool = *tok->TokenId("<tool>");
+  const int32_t word = *tok->TokenId("word");
+  ASSERT_FALSE(tok->IsSpecial(tool));
+  using Seg = PromptSegment;
+  const std::vector<int32_t> trusted = tok->EncodeSegments(std::vector<Seg>{{"a <tool> b", true}});
+  EXPECT_EQ(std::count(trusted.begin(), trusted.end(), tool), 1);
+  EXPECT_EQ(trusted, tok->Encode("a <tool> b"));
+  const std::vector<int32_t> typed =
+      tok->EncodeSegments(std::vector<Seg>{{"x", true}, {"a <tool> word b", false}});
+  EXPECT_EQ(std::count(typed.begin(), typed.end(), tool), 0);
+  EXPECT_EQ(std::count(typed.begin(), typed.end(), word), 0);
+  // (This pre-tokenizer adds a space before the text.)
+  EXPECT_EQ(tok->Decode(typed), " xa <tool> word b");
 }
 
 TEST_F(SmolLm2Test, ArbitraryBytesRoundTrip) {

@@ -3,8 +3,12 @@
 // loader's GGUF reader is used here). Plain functions; no shared state.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,6 +48,40 @@ inline std::vector<int32_t> Ids(const boost::json::value& v) {
   std::vector<int32_t> ids;
   for (const auto& id : v.as_array()) ids.push_back(static_cast<int32_t>(id.to_number<int64_t>()));
   return ids;
+}
+
+// A derived tokenizer.json variant with `specials` added as special tokens after the last id (as
+// make_chat_template_fixtures.py adds them), loaded once; null when the variants are missing.
+inline const Tokenizer* TokenizerWithSpecials(const std::string& variant,
+                                              const std::vector<std::string>& specials) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, std::vector<std::string>>, std::unique_ptr<Tokenizer>>
+      cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[{variant, specials}];
+  if (slot) return slot.get();
+  auto text = ReadFileToString(TokenizersDir() + "/" + variant + "/tokenizer.json");
+  if (!text.ok()) return nullptr;
+  boost::json::object spec = boost::json::parse(*text).as_object();
+  int64_t next_id = 0;
+  for (const auto& entry : spec.at("model").at("vocab").as_object()) {
+    next_id = std::max(next_id, entry.value().to_number<int64_t>() + 1);
+  }
+  boost::json::array& added = spec.at("added_tokens").as_array();
+  for (const auto& t : added) next_id = std::max(next_id, t.at("id").to_number<int64_t>() + 1);
+  for (const std::string& content : specials) {
+    added.push_back(boost::json::object{{"id", next_id++},
+                                        {"content", content},
+                                        {"single_word", false},
+                                        {"lstrip", false},
+                                        {"rstrip", false},
+                                        {"normalized", false},
+                                        {"special", true}});
+  }
+  auto tok = Tokenizer::FromTokenizerJson(boost::json::serialize(spec), "");
+  if (!tok.ok()) return nullptr;
+  slot = std::move(tok).value();
+  return slot.get();
 }
 
 inline StatusOr<GgufTokenizerSpec> ReadGgufSpec(const std::string& path) {
