@@ -22,6 +22,8 @@ void AddServeFlags(CLI::App& cmd, ServeArgs& a) {
       ->envname("DINFER_API_KEY");
   cmd.add_option("--served-model-name", o.served_model_name,
                  "the model name clients send (default: the model argument)");
+  cmd.add_option("--chat-template", o.chat_template_file,
+                 "a Jinja chat template file to use instead of the checkpoint's");
   cmd.add_option("--max-waiting", o.max_waiting,
                  "requests waiting for the engine before new ones get 503 (0 = no limit)")
       ->capture_default_str();

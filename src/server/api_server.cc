@@ -5,7 +5,9 @@
 #include <condition_variable>
 #include <csignal>
 #include <ctime>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -58,6 +60,16 @@ class ApiServer {
   }
 
   int Run(const std::function<void(uint16_t)>& on_listening) {
+    if (!o_.chat_template_file.empty()) {
+      std::ifstream f(o_.chat_template_file, std::ios::binary);
+      std::stringstream text;
+      text << f.rdbuf();
+      if (!f) {
+        log::Error("dinfer serve: cannot read --chat-template '{}'", o_.chat_template_file);
+        return 1;
+      }
+      chat_template_ = text.str();
+    }
     HttpServer http(
         o_.http,
         [this](HttpRequest req, std::shared_ptr<HttpExchange> ex) {
@@ -124,7 +136,7 @@ class ApiServer {
     ctx->engine = std::shared_ptr<Engine>(std::move(engine).value());
     ctx->info = ctx->engine->model_info();
     ctx->model_name = o_.served_model_name;
-    auto renderer = MakeChatPromptRenderer(ctx->info);
+    auto renderer = MakeChatPromptRenderer(ctx->info, chat_template_);
     if (renderer.ok()) {
       ctx->renderer = std::move(renderer).value();
     } else {
@@ -275,8 +287,8 @@ class ApiServer {
       auto prompts = TokenizePrompts(*ctx, *parsed);
       if (!prompts.ok()) return fail(prompts.error());
       ex->Reply(200, "application/json",
-                json::serialize(
-                    json::object{{"input_tokens", static_cast<int64_t>(prompts->front().size())}}));
+                json::serialize(json::object{
+                    {"input_tokens", static_cast<int64_t>(prompts->front().ids.size())}}));
       return metrics_.RecordRequest(endpoint, 200);
     }
     StartGeneration(ctx, std::move(*parsed), std::move(ex), endpoint, arrival);
@@ -327,6 +339,7 @@ class ApiServer {
   }
 
   ServerOptions o_;
+  std::string chat_template_;  // --chat-template's contents
   Metrics metrics_;
   HttpServer* http_ = nullptr;
   const int64_t started_at_ = static_cast<int64_t>(std::time(nullptr));

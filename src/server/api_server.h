@@ -16,9 +16,10 @@ namespace dinfer::server {
 struct ServerOptions {
   HttpServerOptions http;
   EngineOptions engine;
-  std::string api_key;            // empty: no authentication
-  std::string served_model_name;  // empty: the model argument
-  int64_t max_waiting = 1024;     // requests waiting for the engine before 503s (0: no limit)
+  std::string api_key;             // empty: no authentication
+  std::string served_model_name;   // empty: the model argument
+  std::string chat_template_file;  // a Jinja chat template replacing the checkpoint's
+  int64_t max_waiting = 1024;      // requests waiting for the engine before 503s (0: no limit)
   double shutdown_timeout_s = 30.0;
 };
 

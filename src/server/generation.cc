@@ -25,6 +25,25 @@ ApiError FromStatus(const Status& s, std::string param = "") {
   }
 }
 
+// How the model writes its output for this prompt: reasoning and tool-call markup (chat
+// requests, from the template and the rendered prompt), and the request's stop sequences.
+output::OutputFormat OutputFormatFor(const ServingContext& ctx, const GenerationRequest& req,
+                                     const PreparedPrompt& prompt) {
+  output::OutputFormat f;
+  if (req.chat && ctx.renderer) {
+    f = output::SelectOutputFormat(
+        {ctx.info.architecture, ctx.renderer->chat_template(), ctx.renderer->deepseek_v4()},
+        prompt.segments);
+    // Without declared tools a JSON answer is an answer, not a call.
+    if (req.tools.empty() || req.tool_choice.mode == ToolChoice::Mode::kNone) {
+      f.tools = output::ToolCallFormat::kNone;
+    }
+  }
+  f.stop = req.stop;
+  if (req.api == Api::kMessages) f.tool_call_id = [](int) { return NewId("toolu_"); };
+  return f;
+}
+
 // One request's generation: its engine streams (one per prompt, each with n completions) and
 // its choices. Everything but ScheduleDrain runs on the connection's strand. The call owns
 // itself (self_) from Start until its response is complete or its client left.
@@ -32,7 +51,8 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
  public:
   GenerationCall(std::shared_ptr<const ServingContext> ctx, GenerationRequest req,
                  std::shared_ptr<HttpExchange> exchange, std::string endpoint,
-                 Clock::time_point arrival, std::vector<int64_t> prompt_sizes)
+                 Clock::time_point arrival, std::vector<int64_t> prompt_sizes,
+                 const std::vector<output::OutputFormat>& formats)
       : ctx_(std::move(ctx)),
         req_(std::move(req)),
         exchange_(std::move(exchange)),
@@ -47,8 +67,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     for (size_t p = 0; p < prompt_sizes.size(); ++p) {
       prompts_.push_back(PromptState{nullptr, prompt_sizes[p], 0, n, n, false});
       for (int j = 0; j < n; ++j) {
-        choices_.emplace_back(static_cast<int>(p) * n + j, req_, MakeOutputParser(ctx_->info, req_),
-                              decode);
+        choices_.emplace_back(static_cast<int>(p) * n + j, req_, formats[p], decode);
       }
     }
     last_token_.resize(choices_.size());
@@ -275,20 +294,20 @@ void ReplyError(HttpExchange& exchange, Metrics& metrics, std::string_view endpo
   metrics.RecordRequest(endpoint, status);
 }
 
-ApiResult<std::vector<std::vector<int32_t>>> TokenizePrompts(const ServingContext& ctx,
-                                                             const GenerationRequest& req) {
-  std::vector<std::vector<int32_t>> out;
+ApiResult<std::vector<PreparedPrompt>> TokenizePrompts(const ServingContext& ctx,
+                                                       const GenerationRequest& req) {
+  std::vector<PreparedPrompt> out;
   const Engine& engine = *ctx.engine;
   if (req.chat) {
     if (!ctx.renderer) return FromStatus(ctx.renderer_status, "messages");
     static const boost::json::array kNoTools;
     const bool tools = req.tool_choice.mode != ToolChoice::Mode::kNone;
-    auto segments = ctx.renderer->Render(
-        ChatRenderRequest{req.messages, tools ? req.tools : kNoTools, req.template_kwargs, true});
+    auto segments = ctx.renderer->Render(ChatRenderRequest{
+        req.messages, tools ? req.tools : kNoTools, req.tool_choice, req.template_kwargs, true});
     if (!segments.ok()) return FromStatus(segments.status(), "messages");
     auto ids = engine.EncodeSegments(*segments);
     if (!ids.ok()) return FromStatus(ids.status(), "messages");
-    out.push_back(std::move(ids).value());
+    out.push_back({std::move(ids).value(), std::move(segments).value()});
     return out;
   }
   for (const PromptInput& p : req.prompts) {
@@ -300,13 +319,13 @@ ApiResult<std::vector<std::vector<int32_t>>> TokenizePrompts(const ServingContex
                                                     id, ctx.info.vocab_size));
         }
       }
-      out.push_back(p.ids);
+      out.push_back({p.ids, {}});
       continue;
     }
     // Like the engine's own text prompts: BOS first when the tokenizer adds one.
     auto ids = engine.Encode(ctx.info.add_bos_token ? ctx.info.bos_token + p.text : p.text);
     if (!ids.ok()) return FromStatus(ids.status(), "prompt");
-    out.push_back(std::move(ids).value());
+    out.push_back({std::move(ids).value(), {}});
   }
   return out;
 }
@@ -336,7 +355,9 @@ void StartGeneration(std::shared_ptr<const ServingContext> ctx, GenerationReques
   const int64_t max_len = ctx->info.max_model_len;
   std::vector<RequestSpec> specs;
   std::vector<int64_t> sizes;
-  for (auto& ids : *prompts) {
+  std::vector<output::OutputFormat> formats;
+  for (PreparedPrompt& prompt : *prompts) {
+    std::vector<int32_t>& ids = prompt.ids;
     const auto n = static_cast<int64_t>(ids.size());
     const std::string param = req.chat ? "messages" : "prompt";
     if (n == 0) return fail(InvalidParam(param, "the prompt is empty"));
@@ -362,6 +383,7 @@ void StartGeneration(std::shared_ptr<const ServingContext> ctx, GenerationReques
     spec.prompt_ids = std::move(ids);
     sizes.push_back(n);
     specs.push_back(std::move(spec));
+    formats.push_back(OutputFormatFor(*ctx, req, prompt));
   }
   if (req.echo) {
     for (size_t i = 0; i < req.prompts.size(); ++i) {
@@ -378,8 +400,9 @@ void StartGeneration(std::shared_ptr<const ServingContext> ctx, GenerationReques
     streams.push_back(std::move(stream).value());
   }
   ctx->in_flight->fetch_add(1);
-  auto call = std::make_shared<GenerationCall>(ctx, std::move(req), std::move(exchange),
-                                               std::move(endpoint), arrival, std::move(sizes));
+  auto call =
+      std::make_shared<GenerationCall>(ctx, std::move(req), std::move(exchange),
+                                       std::move(endpoint), arrival, std::move(sizes), formats);
   call->Start(std::move(streams));
 }
 

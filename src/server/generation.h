@@ -51,9 +51,16 @@ struct ServingContext {
 void ReplyError(HttpExchange& exchange, Metrics& metrics, std::string_view endpoint, Api api,
                 const ApiError& error);
 
-// The prompt token ids of each of the request's prompts (one for chat requests).
-ApiResult<std::vector<std::vector<int32_t>>> TokenizePrompts(const ServingContext& ctx,
-                                                             const GenerationRequest& req);
+// A prompt ready for the engine: its token ids and, for chat requests, the rendered segments
+// (whose trusted markup tells the output parser where the model's output starts).
+struct PreparedPrompt {
+  std::vector<int32_t> ids;
+  std::vector<PromptSegment> segments;
+};
+
+// Each of the request's prompts (one for chat requests), rendered and tokenized.
+ApiResult<std::vector<PreparedPrompt>> TokenizePrompts(const ServingContext& ctx,
+                                                       const GenerationRequest& req);
 
 // Validates and submits the request, then answers on `exchange` (streamed or not). Returns at
 // once; the response completes from the engine's callbacks.

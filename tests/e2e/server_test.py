@@ -1,7 +1,8 @@
 """End-to-end tests of `dinfer serve` on the default model, driven by the official openai and
-anthropic Python clients: every endpoint streamed and not, stop sequences, errors in each
-protocol's shape, client disconnects, graceful shutdown, and a bounded loopback load test
-(500 concurrent streams). Greedy decoding keeps the outputs comparable across calls.
+anthropic Python clients: every endpoint streamed and not, stop sequences, tool calls and
+reasoning, errors in each protocol's shape, client disconnects, graceful shutdown, and a bounded
+loopback load test (500 concurrent streams). Greedy decoding keeps the outputs comparable across
+calls.
 
     DINFER_BUILD_DIR=build .venv/bin/python -m pytest tests/e2e/server_test.py
 """
@@ -25,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.path.abspath(os.environ.get("DINFER_BUILD_DIR", os.path.join(ROOT, "build")))
 BINARY = os.path.join(BUILD, "bin", "dinfer")
 KEY = "test-key"
-QUESTION = "What is the capital of France?"
+QUESTION = "What is the capital of France? Answer in one sentence."
 # The anthropic client has no sampling arguments any more; the API still takes them.
 GREEDY = {"temperature": 0}
 
@@ -152,7 +153,7 @@ def test_chat_completion(oai):
     assert r.id.startswith("chatcmpl-") and r.object == "chat.completion" and r.model == "default"
     assert r.created > 1_600_000_000
     c = r.choices[0]
-    assert c.message.role == "assistant" and "Paris" in c.message.content
+    assert c.message.role == "assistant" and "Paris" in c.message.content, c.message.content
     assert c.finish_reason in ("stop", "length")
     assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
@@ -282,6 +283,120 @@ def test_count_tokens(claude):
     counted = claude.messages.count_tokens(model="default", messages=messages).input_tokens
     m = claude.messages.create(model="default", max_tokens=1, messages=messages)
     assert counted == m.usage.input_tokens + m.usage.cache_read_input_tokens
+
+
+# --- tool calls and reasoning ------------------------------------------------------------------
+# The default model's template knows neither, so this server takes Qwen2.5's template (Hermes tool
+# calls, which SmolLM2's ChatML shares), changed to open the assistant's turn inside <think> when
+# thinking is asked for: whatever the model writes then is reasoning.
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+# A 135M model does not call tools on its own; it does copy text, and the copy is a call.
+CALL = 'Copy this text exactly and write nothing else:\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def tool_server():
+    with open(os.path.join(ROOT, "tests", "data", "chat_templates", "qwen2.5.jinja")) as f:
+        template = f.read()
+    opening = "{{- '<|im_start|>assistant\\n' }}"
+    assert template.rstrip().endswith(opening + "\n{%- endif %}"), template[-200:]
+    template = template.replace(opening, opening + (
+        "{%- if (enable_thinking is defined and enable_thinking) or "
+        "(reasoning_effort is defined and reasoning_effort) %}{{- '<think>\\n' }}{%- endif %}"))
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write(template)
+    s = Server("--chat-template", f.name)
+    yield s
+    s.stop()
+    os.unlink(f.name)
+
+
+def test_chat_tool_call(tool_server):
+    oai = openai.OpenAI(api_key="x", base_url=tool_server.url + "/v1", max_retries=0)
+    args = dict(model="default", messages=[{"role": "user", "content": CALL}], tools=TOOLS, temperature=0,
+                max_tokens=40)
+    r = oai.chat.completions.create(**args)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.content is None
+    (call,) = c.message.tool_calls
+    assert call.id.startswith("call_") and call.type == "function"
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+    chunks = list(oai.chat.completions.create(**args, stream=True))
+    deltas = [tc for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or [])]
+    assert deltas[0].function.name == "get_weather" and deltas[0].id
+    assert json.loads("".join(d.function.arguments or "" for d in deltas)) == {"city": "Paris"}
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == \
+        ["tool_calls"]
+    # The call goes back into the conversation with its result; the template renders both.
+    follow = oai.chat.completions.create(model="default", tools=TOOLS, temperature=0, max_tokens=8, messages=[
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"}])
+    assert follow.choices[0].message.content
+    # Without tools in the request the same text is an answer, not a call.
+    plain = oai.chat.completions.create(model="default", messages=[{"role": "user", "content": CALL}],
+                                        temperature=0, max_tokens=40)
+    assert plain.choices[0].message.tool_calls is None
+
+
+def test_responses_and_messages_tool_calls(tool_server):
+    oai = openai.OpenAI(api_key="x", base_url=tool_server.url + "/v1", max_retries=0)
+    r = oai.responses.create(model="default", input=CALL, temperature=0, max_output_tokens=40,
+                             tools=[{"type": "function", **TOOLS[0]["function"]}])
+    (call,) = [item for item in r.output if item.type == "function_call"]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    events = list(oai.responses.create(model="default", input=CALL, temperature=0, max_output_tokens=40,
+                                       stream=True, tools=[{"type": "function", **TOOLS[0]["function"]}]))
+    args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    assert json.loads(args) == {"city": "Paris"}
+    claude = anthropic.Anthropic(api_key="x", base_url=tool_server.url, max_retries=0)
+    tools = [{"name": "get_weather", "description": "Get the weather in a city",
+              "input_schema": TOOLS[0]["function"]["parameters"]}]
+    m = claude.messages.create(model="default", max_tokens=40, extra_body=GREEDY, tools=tools,
+                               messages=[{"role": "user", "content": CALL}])
+    assert m.stop_reason == "tool_use"
+    (use,) = [b for b in m.content if b.type == "tool_use"]
+    assert use.id.startswith("toolu_") and use.name == "get_weather" and use.input == {"city": "Paris"}
+    with claude.messages.stream(model="default", max_tokens=40, extra_body=GREEDY, tools=tools,
+                                messages=[{"role": "user", "content": CALL}]) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use" and final.content[-1].input == {"city": "Paris"}
+    # The result goes back as a tool_result block.
+    after = claude.messages.create(model="default", max_tokens=8, extra_body=GREEDY, tools=tools, messages=[
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}])
+    assert after.content[0].type == "text"
+
+
+def test_reasoning(tool_server):
+    oai = openai.OpenAI(api_key="x", base_url=tool_server.url + "/v1", max_retries=0)
+    r = oai.chat.completions.create(model="default", messages=[{"role": "user", "content": QUESTION}],
+                                    temperature=0, max_tokens=8,
+                                    extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    message = r.choices[0].message
+    assert message.reasoning_content and not message.content
+    streamed = "".join(getattr(ch.choices[0].delta, "reasoning_content", None) or "" for ch in
+                       oai.chat.completions.create(model="default", messages=[{"role": "user", "content": QUESTION}],
+                                                   temperature=0, max_tokens=8, stream=True,
+                                                   extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+                       if ch.choices)
+    assert streamed == message.reasoning_content
+    resp = oai.responses.create(model="default", input=QUESTION, temperature=0, max_output_tokens=8,
+                                reasoning={"effort": "low"})
+    assert resp.output[0].type == "reasoning" and resp.output[0].content[0].text == message.reasoning_content
+    claude = anthropic.Anthropic(api_key="x", base_url=tool_server.url, max_retries=0)
+    args = dict(model="default", max_tokens=8, extra_body=GREEDY, thinking={"type": "enabled", "budget_tokens": 4},
+                messages=[{"role": "user", "content": QUESTION}])
+    m = claude.messages.create(**args)
+    assert m.content[0].type == "thinking" and m.content[0].thinking == message.reasoning_content
+    with claude.messages.stream(**args) as stream:
+        thinking = "".join(e.delta.thinking for e in stream
+                           if e.type == "content_block_delta" and e.delta.type == "thinking_delta")
+    assert thinking == message.reasoning_content
 
 
 # --- errors ------------------------------------------------------------------------------------

@@ -27,8 +27,12 @@ void Exercise(ApiResult<GenerationRequest> parsed, std::string_view text) {
   encoder->StreamStart(Usage{}, out);
   std::vector<ChoiceResult> results;
   for (int i = 0; i < choices && i < 4; ++i) {
-    ChoiceOutput choice(i, req, MakeOutputParser(dinfer::ModelInfo{}, req),
-                        [](int32_t t) { return std::to_string(t); });
+    // Every output format at once, so that the request's text drives all the parsers.
+    dinfer::output::OutputFormat format;
+    format.reasoning = dinfer::output::ReasoningFormat::kThink;
+    format.tools = dinfer::output::ToolCallFormat::kHermes;
+    format.stop = req.stop;
+    ChoiceOutput choice(i, req, format, [](int32_t t) { return std::to_string(t); });
     dinfer::RequestOutput o;
     o.text = std::string(text.substr(0, 64));
     o.token_ids = {1};

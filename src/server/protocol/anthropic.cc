@@ -299,6 +299,9 @@ class MessagesEncoder final : public ResponseEncoder {
           if (open_ == Block::kToolUse)
             Delta(out, {{"type", "input_json_delta"}, {"partial_json", e.text}});
           break;
+        case OutputEvent::Type::kToolCallEnd:
+        case OutputEvent::Type::kStop:  // the update's finish carries it
+          break;
       }
     }
     if (u.finish == Finish::kError) {

@@ -158,6 +158,9 @@ class ChatEncoder final : public ResponseEncoder {
           calls.push_back(json::object{{"index", e.tool_index},
                                        {"function", json::object{{"arguments", e.text}}}});
           break;
+        case OutputEvent::Type::kToolCallEnd:
+        case OutputEvent::Type::kStop:  // the update's finish carries it
+          break;
       }
     }
     if (!reasoning.empty()) delta["reasoning_content"] = reasoning;

@@ -204,6 +204,11 @@ class ResponsesEncoder final : public ResponseEncoder {
           Emit(out, "response.function_call_arguments.delta",
                {{"item_id", item_id_}, {"output_index", OutputIndex()}, {"delta", e.text}});
           break;
+        case OutputEvent::Type::kToolCallEnd:
+          if (open_ == ItemKind::kFunctionCall) Close(out);
+          break;
+        case OutputEvent::Type::kStop:  // the update's finish carries it
+          break;
       }
     }
     if (u.finish == Finish::kError) {

@@ -14,6 +14,7 @@
 #include <boost/json/object.hpp>
 
 #include "dinfer/engine.h"
+#include "server/output/output_parser.h"
 
 namespace dinfer::server {
 
@@ -108,14 +109,9 @@ struct LogprobEntry {
 // Why a choice ended, in neutral terms; each protocol maps it to its own vocabulary.
 enum class Finish { kNone, kEndOfSequence, kStopSequence, kLength, kToolCalls, kAbort, kError };
 
-// Pieces of a choice's output as the output parser separates them.
-struct OutputEvent {
-  enum class Type { kText, kReasoning, kToolCallBegin, kToolCallArgs };
-  Type type = Type::kText;
-  std::string text;      // kText, kReasoning, kToolCallArgs (a piece of the JSON arguments)
-  int tool_index = 0;    // kToolCallBegin, kToolCallArgs: which call of this choice
-  std::string id, name;  // kToolCallBegin
-};
+// Pieces of a choice's output as the output parser separates them (content, reasoning, tool
+// calls with streamed arguments).
+using output::OutputEvent;
 
 struct ChoiceUpdate {
   int index = 0;
