@@ -12,12 +12,12 @@
 #include "model/loader.h"
 #include "runner/model_runner.h"
 #include "tools/commands.h"
+#include "tools/engine_flags.h"
 
 namespace dinfer::tools {
 
 void AddBenchFlags(CLI::App& cmd, BenchArgs& a) {
-  cmd.add_option("-m,--model", a.model, "\"default\", an HF model directory or a .gguf file")
-      ->capture_default_str();
+  AddEngineFlags(cmd, a.engine, kModelFlags);
   cmd.add_option("-t,--threads", a.threads, "thread counts to measure, e.g. 1,2")
       ->delimiter(',')
       ->capture_default_str();
@@ -28,8 +28,6 @@ void AddBenchFlags(CLI::App& cmd, BenchArgs& a) {
   cmd.add_option("-r,--repetitions", a.repetitions, "runs per test (median reported)")
       ->capture_default_str();
   cmd.add_option("--json", a.json, "write the results as JSON to this file");
-  cmd.add_flag("--f32-activations", a.f32_activations,
-               "quantized models: f32 activations instead of 8-bit ones (see generate --help)");
 }
 
 namespace {
@@ -54,7 +52,7 @@ boost::json::object ToJson(const Stats& s) {
 }  // namespace
 
 int RunBench(const BenchArgs& a) {
-  auto lm = LoadModel(a.model);
+  auto lm = LoadModel(a.engine.model);
   if (!lm.ok()) {
     std::fprintf(stderr, "dinfer bench: %s\n", lm.status().ToString().c_str());
     return 1;
@@ -69,7 +67,7 @@ int RunBench(const BenchArgs& a) {
   for (int threads : a.threads) {
     RunnerOptions ro;
     ro.threads = threads;
-    ro.f32_activations = a.f32_activations;
+    ro.f32_activations = a.engine.f32_activations;
     ro.max_seq_len = std::max(a.prompt_tokens, a.gen_tokens) + 16;
     ModelRunner runner(*lm->model, ro);
     std::vector<int32_t> table(static_cast<size_t>(runner.num_blocks()));
@@ -117,7 +115,7 @@ int RunBench(const BenchArgs& a) {
                             {"isa", std::string(kernels::cpu::IsaName(kernels::cpu::ActiveIsa()))},
                             {"prompt_tokens", a.prompt_tokens},
                             {"gen_tokens", a.gen_tokens},
-                            {"f32_activations", a.f32_activations},
+                            {"f32_activations", a.engine.f32_activations},
                             {"repetitions", a.repetitions},
                             {"results", results}};
     std::ofstream f(a.json);

@@ -14,12 +14,12 @@
 
 #include "dinfer/engine.h"
 #include "tools/commands.h"
+#include "tools/engine_flags.h"
 
 namespace dinfer::tools {
 
 void AddBenchOfflineFlags(CLI::App& cmd, BenchOfflineArgs& a) {
-  cmd.add_option("-m,--model", a.model, "\"default\", an HF model directory or a .gguf file")
-      ->capture_default_str();
+  AddEngineFlags(cmd, a.engine, kModelFlags | kThreadFlags | kCacheFlags | kBatchingFlags);
   cmd.add_option("--input-len", a.input_len, "prompt tokens per request")->capture_default_str();
   cmd.add_option("--output-len", a.output_len, "generated tokens per request (EOS ignored)")
       ->capture_default_str();
@@ -29,11 +29,6 @@ void AddBenchOfflineFlags(CLI::App& cmd, BenchOfflineArgs& a) {
   cmd.add_option("--prefix-len", a.prefix_len,
                  "leading prompt tokens shared by every request (prefix caching)")
       ->capture_default_str();
-  cmd.add_flag("--no-prefix-cache", a.no_prefix_cache, "disable prefix caching");
-  cmd.add_option("-t,--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
-  cmd.add_option("--max-batched-tokens", a.max_batched_tokens, "tokens per engine step at most")
-      ->capture_default_str();
-  cmd.add_option("--kv-cache-mib", a.kv_cache_mib, "KV cache memory")->capture_default_str();
   cmd.add_option("--seed", a.seed, "seed of the random prompts")->capture_default_str();
   cmd.add_option("--json", a.json, "write the results as JSON to this file");
 }
@@ -76,13 +71,8 @@ int RunBenchOffline(const BenchOfflineArgs& a) {
                  "and 0 <= prefix-len < input-len\n");
     return 2;
   }
-  EngineOptions eo;
-  eo.model = a.model;
-  eo.threads = a.threads;
+  EngineOptions eo = a.engine;
   eo.max_num_seqs = a.concurrency;
-  eo.max_num_batched_tokens = a.max_batched_tokens;
-  eo.kv_cache_mib = a.kv_cache_mib;
-  eo.enable_prefix_caching = !a.no_prefix_cache;
   auto engine = Engine::Create(eo);
   if (!engine.ok()) {
     std::fprintf(stderr, "dinfer bench offline: %s\n", engine.status().ToString().c_str());
@@ -157,7 +147,7 @@ int RunBenchOffline(const BenchOfflineArgs& a) {
   std::printf("requests %lld  concurrency %lld  input %lld  output %lld  prefix %lld  cache %s\n",
               static_cast<long long>(a.num_prompts), static_cast<long long>(a.concurrency),
               static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
-              static_cast<long long>(a.prefix_len), a.no_prefix_cache ? "off" : "on");
+              static_cast<long long>(a.prefix_len), a.engine.enable_prefix_caching ? "on" : "off");
   std::printf("duration %.2f s  output throughput %.1f tok/s  errors %lld\n", duration, throughput,
               static_cast<long long>(errors.load()));
   std::printf("TTFT ms  mean %.1f  p50 %.1f  p90 %.1f  p99 %.1f\n", 1e3 * t1.mean, 1e3 * t1.p50,
@@ -170,14 +160,14 @@ int RunBenchOffline(const BenchOfflineArgs& a) {
               static_cast<long long>(stats.preemptions));
   if (!a.json.empty()) {
     boost::json::object out{{"engine", "dinfer"},
-                            {"model", a.model},
+                            {"model", a.engine.model},
                             {"input_len", a.input_len},
                             {"output_len", a.output_len},
                             {"num_prompts", a.num_prompts},
                             {"concurrency", a.concurrency},
                             {"prefix_len", a.prefix_len},
-                            {"prefix_cache", !a.no_prefix_cache},
-                            {"threads", a.threads},
+                            {"prefix_cache", a.engine.enable_prefix_caching},
+                            {"threads", a.engine.threads},
                             {"duration_s", duration},
                             {"output_throughput", throughput},
                             {"errors", errors.load()},

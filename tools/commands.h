@@ -7,10 +7,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "dinfer/engine.h"
+#include "server/api_server.h"
+
 namespace dinfer::tools {
 
 struct GenerateArgs {
-  std::string model = "default";
+  EngineOptions engine;  // model, threads, f32_activations
   std::string prompt;
   std::string prompt_ids;
   int64_t max_tokens = 128;
@@ -22,36 +25,29 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool print_ids = false;
   bool no_special = false;
-  int threads = 0;
   int64_t context = 4096;
-  bool f32_activations = false;
 };
 void AddGenerateFlags(CLI::App& cmd, GenerateArgs& args);
 int RunGenerate(const GenerateArgs& args);
 
 struct BenchArgs {
-  std::string model = "default";
+  EngineOptions engine;  // model, f32_activations
   std::vector<int> threads = {1, 2};
   int64_t prompt_tokens = 128;
   int64_t gen_tokens = 64;
   int repetitions = 5;
   std::string json;
-  bool f32_activations = false;
 };
 void AddBenchFlags(CLI::App& cmd, BenchArgs& args);
 int RunBench(const BenchArgs& args);
 
 struct BenchOfflineArgs {
-  std::string model = "default";
+  EngineOptions engine;  // max_num_seqs follows --concurrency
   int64_t input_len = 128;
   int64_t output_len = 64;
   int64_t num_prompts = 32;
   int64_t concurrency = 1;
   int64_t prefix_len = 0;
-  bool no_prefix_cache = false;
-  int threads = 0;
-  int64_t max_batched_tokens = 2048;
-  int64_t kv_cache_mib = 512;
   uint32_t seed = 0;
   std::string json;
 };
@@ -71,5 +67,12 @@ struct TokenizeArgs {
 };
 void AddTokenizeFlags(CLI::App& cmd, TokenizeArgs& args);
 int RunTokenize(const TokenizeArgs& args);
+
+struct ServeArgs {
+  server::ServerOptions options;
+  std::string positional_model;
+};
+void AddServeFlags(CLI::App& cmd, ServeArgs& args);
+int RunServe(ServeArgs args);
 
 }  // namespace dinfer::tools

@@ -8,12 +8,12 @@
 #include "engine/engine_core.h"
 #include "model/loader.h"
 #include "tools/commands.h"
+#include "tools/engine_flags.h"
 
 namespace dinfer::tools {
 
 void AddGenerateFlags(CLI::App& cmd, GenerateArgs& a) {
-  cmd.add_option("-m,--model", a.model, "\"default\", an HF model directory or a .gguf file")
-      ->capture_default_str();
+  AddEngineFlags(cmd, a.engine, kModelFlags | kThreadFlags);
   cmd.add_option("-p,--prompt", a.prompt,
                  "prompt text (special-token markup such as <|im_start|> is recognised)");
   cmd.add_option("--prompt-ids", a.prompt_ids,
@@ -34,11 +34,7 @@ void AddGenerateFlags(CLI::App& cmd, GenerateArgs& a) {
                "print the generated token ids, comma-separated, instead of text");
   cmd.add_flag("--no-special", a.no_special,
                "treat special-token markup in --prompt as plain text");
-  cmd.add_option("-t,--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd.add_option("-c,--context", a.context, "KV cache size in tokens")->capture_default_str();
-  cmd.add_flag("--f32-activations", a.f32_activations,
-               "quantized models: multiply dequantized weights with f32 activations (the numerics "
-               "of reference implementations; slower) instead of 8-bit activations");
 }
 
 namespace {
@@ -69,7 +65,7 @@ int RunGenerate(const GenerateArgs& a) {
   }
   LoadOptions lo;
   lo.require_tokenizer = !a.prompt.empty() || !a.print_ids;
-  auto lm = LoadModel(a.model, lo);
+  auto lm = LoadModel(a.engine.model, lo);
   if (!lm.ok()) {
     std::fprintf(stderr, "dinfer generate: %s\n", lm.status().ToString().c_str());
     return 1;
@@ -89,8 +85,8 @@ int RunGenerate(const GenerateArgs& a) {
     prompt.insert(prompt.end(), ids.begin(), ids.end());
   }
   EngineConfig ec;
-  ec.threads = a.threads;
-  ec.f32_activations = a.f32_activations;
+  ec.threads = a.engine.threads;
+  ec.f32_activations = a.engine.f32_activations;
   ec.scheduler.max_num_seqs = 1;
   ec.scheduler.max_model_len =
       std::max<int64_t>(a.context, static_cast<int64_t>(prompt.size()) + a.max_tokens);

@@ -1,4 +1,4 @@
-// The `dinfer` command: subcommands generate, bench and tokenize.
+// The `dinfer` command: subcommands serve, generate, bench and tokenize.
 #include <cstdio>
 #include <string>
 
@@ -17,6 +17,13 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "debug, info, warn, error or off")
       ->capture_default_str();
   app.require_subcommand(1);
+
+  dinfer::tools::ServeArgs serve;
+  CLI::App* serve_cmd = app.add_subcommand(
+      "serve",
+      "Serve a model over HTTP: OpenAI (chat completions, completions, responses) and "
+      "Anthropic (messages) APIs");
+  dinfer::tools::AddServeFlags(*serve_cmd, serve);
 
   dinfer::tools::GenerateArgs gen;
   CLI::App* generate = app.add_subcommand("generate", "Generate text from a prompt, streaming it");
@@ -42,6 +49,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dinfer: unknown --log-level '%s'\n", log_level.c_str());
     return 2;
   }
+  if (serve_cmd->parsed()) return dinfer::tools::RunServe(std::move(serve));
   if (generate->parsed()) return dinfer::tools::RunGenerate(gen);
   if (tokenize_cmd->parsed()) return dinfer::tools::RunTokenize(tokenize);
   if (offline_cmd->parsed()) return dinfer::tools::RunBenchOffline(offline);

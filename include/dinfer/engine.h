@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,7 @@ struct ModelInfo {
   std::string architecture;          // registry key ("llama", "qwen2", ...)
   std::string chat_template;         // Jinja source from the checkpoint (empty: none)
   std::string bos_token, eos_token;  // their text, as templates refer to them
+  bool add_bos_token = false;        // whether a text prompt starts with the BOS token
   int64_t max_model_len = 0;         // prompt + output tokens per request
   int64_t vocab_size = 0;
   // The checkpoint's sampling defaults (generation_config.json).
@@ -100,6 +102,12 @@ class RequestStream {
   virtual int64_t id() const = 0;
   // Blocks until the next output; nullopt once every completion's finished output was returned.
   virtual std::optional<RequestOutput> Next() = 0;
+  // The next output if one is queued, else nullopt (never blocks).
+  virtual std::optional<RequestOutput> TryNext() = 0;
+  // Event-driven readers (the HTTP server) need no thread per stream: `ready` runs after every
+  // output is queued, on the engine's thread, and at once here if outputs are already waiting.
+  // It must return quickly and must not call Next().
+  virtual void SetReadyCallback(std::function<void()> ready) = 0;
 };
 
 struct EngineStatsSnapshot {

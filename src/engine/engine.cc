@@ -33,11 +33,22 @@ class Stream final : public RequestStream {
   std::optional<RequestOutput> Next() override {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return !queue_.empty() || returned_all_; });
-    if (queue_.empty()) return std::nullopt;
-    RequestOutput out = std::move(queue_.front());
-    queue_.pop_front();
-    if (out.finished && --unreturned_finishes_ == 0) returned_all_ = true;
-    return out;
+    return PopLocked();
+  }
+
+  std::optional<RequestOutput> TryNext() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return PopLocked();
+  }
+
+  void SetReadyCallback(std::function<void()> ready) override {
+    bool waiting = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_ = ready;
+      waiting = !queue_.empty();
+    }
+    if (waiting && ready) ready();
   }
 
   // Called by the engine thread with the delta of completion `index`.
@@ -57,19 +68,31 @@ class Stream final : public RequestStream {
     out.error = d.error;
     out.prompt_tokens = d.num_prompt_tokens;
     out.cached_prompt_tokens = d.num_cached_tokens;
+    std::function<void()> ready;
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(std::move(out));
+      ready = ready_;
     }
     cv_.notify_all();
+    if (ready) ready();
   }
 
  private:
+  std::optional<RequestOutput> PopLocked() {
+    if (queue_.empty()) return std::nullopt;
+    RequestOutput out = std::move(queue_.front());
+    queue_.pop_front();
+    if (out.finished && --unreturned_finishes_ == 0) returned_all_ = true;
+    return out;
+  }
+
   const int64_t id_;
   std::vector<std::unique_ptr<tokenizer::IncrementalDetokenizer>> detoks_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;
+  std::function<void()> ready_;
   int unreturned_finishes_;
   bool returned_all_ = false;
 };
@@ -205,6 +228,7 @@ class EngineImpl final : public Engine {
       info.chat_template = tok->chat_template();
       info.tool_use_chat_template = tok->tool_use_chat_template();
       if (tok->bos_id()) info.bos_token = tok->TokenBytes(*tok->bos_id());
+      info.add_bos_token = tok->add_bos() && tok->bos_id().has_value();
       if (!tok->eos_ids().empty()) info.eos_token = tok->TokenBytes(tok->eos_ids().front());
     }
     return info;

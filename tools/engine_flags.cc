@@ -1,0 +1,43 @@
+#include "tools/engine_flags.h"
+
+namespace dinfer::tools {
+
+void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
+  if (sets & kModelFlags) {
+    cmd.add_option("-m,--model", o.model, "\"default\", an HF model directory or a .gguf file")
+        ->capture_default_str();
+    cmd.add_flag("--f32-activations", o.f32_activations,
+                 "quantized models: multiply dequantized weights with f32 activations (the "
+                 "numerics of reference implementations; slower) instead of 8-bit activations");
+  }
+  if (sets & kThreadFlags) {
+    cmd.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  }
+  if (sets & kCacheFlags) {
+    cmd.add_option("--kv-cache-mib", o.kv_cache_mib, "KV cache memory in MiB")
+        ->capture_default_str();
+    cmd.add_option("--block-size", o.block_size, "tokens per KV cache block")
+        ->capture_default_str();
+    cmd.add_flag_callback(
+        "--no-prefix-cache", [&o] { o.enable_prefix_caching = false; }, "disable prefix caching");
+  }
+  if (sets & kBatchingFlags) {
+    cmd.add_option("--max-batched-tokens", o.max_num_batched_tokens,
+                   "tokens per engine step at most (<= 32768)")
+        ->capture_default_str();
+    cmd.add_option("--step-time-budget-ms", o.step_time_budget_ms,
+                   "cut prompt chunks so that a step's predicted time stays within this (0 = off)")
+        ->capture_default_str();
+    cmd.add_option("--cost-profile", o.cost_profile,
+                   "file to load the step cost model from, or save it to once fitted");
+  }
+  if (sets & kServingFlags) {
+    cmd.add_option("--max-num-seqs", o.max_num_seqs, "requests running at once at most")
+        ->capture_default_str();
+    cmd.add_option("--max-model-len", o.max_model_len,
+                   "prompt + output tokens per request at most (0 = the model's context)")
+        ->capture_default_str();
+  }
+}
+
+}  // namespace dinfer::tools
