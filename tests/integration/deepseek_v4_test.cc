@@ -14,6 +14,7 @@
 #include <boost/json.hpp>
 
 #include "base/mapped_file.h"
+#include "engine/engine_core.h"
 #include "model/loader.h"
 #include "runner/model_runner.h"
 
@@ -191,6 +192,37 @@ TEST(DeepseekV4BatchTest, SequencesInOneBatchMatchTransformers) {
               kRelTol)
         << "second sequence row " << r;
   }
+}
+
+// Through the engine: greedy decoding gives transformers' tokens with chunked prefill (chunks that
+// end inside compression windows), and again for a second request whose prompt comes mostly from
+// the prefix cache, which continues from the compressor state kept in the cached blocks.
+TEST(DeepseekV4EngineTest, GreedyTokensWithChunkedPrefillAndPrefixCache) {
+  const std::string dir = Dir("deepseek_v4");
+  const Fixture f = ReadFixture(dir);
+  auto lm = LoadModel(dir, LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  EngineConfig cfg;
+  cfg.threads = 2;
+  cfg.num_kv_blocks = 32;
+  cfg.scheduler.max_num_batched_tokens = 27;
+  EngineCore core(*lm->model, cfg);
+  RequestOptions greedy;
+  greedy.sampling.temperature = 0.0;
+  greedy.max_tokens = static_cast<int64_t>(f.decode.size());
+  greedy.ignore_eos = true;
+  for (int64_t id : {1, 2}) {
+    ASSERT_TRUE(core.AddRequest(id, f.prompt, greedy).ok());
+    std::vector<int32_t> tokens;
+    while (core.HasWork()) {
+      for (const TokenDelta& d : core.Step()) {
+        tokens.insert(tokens.end(), d.tokens.begin(), d.tokens.end());
+      }
+    }
+    EXPECT_EQ(tokens, f.decode) << "request " << id;
+  }
+  // 48 of the second request's 64 prompt tokens came from the cache (whole blocks, one token left).
+  EXPECT_EQ(core.Stats().kv.prefix_hits, 48);
 }
 
 }  // namespace
