@@ -57,7 +57,7 @@ bool Pda::Visit(const Top& t) {
   return true;
 }
 
-void Pda::ClosureRec(const Top& t, FramePool* pool, Config* out) {
+void Pda::ClosureRec(Top t, FramePool* pool, Config* out) {
   const Automaton::State& st = a_.state(t.state);
   // Fast path: a state that only consumes bytes needs no visited-set bookkeeping beyond
   // deduplicating the tops themselves.

@@ -70,7 +70,7 @@ class Pda {
   const Automaton& automaton() const { return a_; }
 
  private:
-  void ClosureRec(const Top& t, FramePool* pool, Config* out);
+  void ClosureRec(Top t, FramePool* pool, Config* out);
   bool Visit(const Top& t);
 
   const Automaton& a_;
