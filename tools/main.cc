@@ -1,4 +1,4 @@
-// The `dinfer` command: subcommands generate and bench.
+// The `dinfer` command: subcommands generate, bench and grammar.
 #include <cstdio>
 #include <string>
 
@@ -32,6 +32,12 @@ int main(int argc, char** argv) {
       "offline", "Serving throughput and latency (TTFT, TPOT) of many requests through the engine");
   dinfer::tools::AddBenchOfflineFlags(*offline_cmd, offline);
 
+  dinfer::tools::GrammarArgs grammar;
+  CLI::App* grammar_cmd = app.add_subcommand(
+      "grammar",
+      "Structured outputs: compile, match and benchmark JSON Schemas, regexes, grammars");
+  dinfer::tools::AddGrammarCommands(*grammar_cmd, grammar);
+
   CLI11_PARSE(app, argc, argv);
   if (!dinfer::log::SetLevel(log_level)) {
     std::fprintf(stderr, "dinfer: unknown --log-level '%s'\n", log_level.c_str());
@@ -40,5 +46,6 @@ int main(int argc, char** argv) {
   if (generate->parsed()) return dinfer::tools::RunGenerate(gen);
   if (offline_cmd->parsed()) return dinfer::tools::RunBenchOffline(offline);
   if (bench_cmd->parsed()) return dinfer::tools::RunBench(bench);
+  if (grammar_cmd->parsed()) return dinfer::tools::RunGrammar(grammar);
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -10,14 +11,6 @@
 namespace dinfer::structured {
 namespace {
 
-struct VecHash {
-  size_t operator()(const std::vector<int32_t>& v) const {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ v.size();
-    for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001B3ull + (h >> 29);
-    return static_cast<size_t>(h);
-  }
-};
-
 struct PairHash {
   size_t operator()(const std::pair<int32_t, int32_t>& p) const {
     return static_cast<size_t>((static_cast<uint64_t>(static_cast<uint32_t>(p.first)) << 32 |
@@ -25,6 +18,58 @@ struct PairHash {
                                    0x9E3779B97F4A7C15ull >>
                                7);
   }
+};
+
+// Interns sequences of ints (state sets, signatures) in flat storage: ids are dense, in order of
+// first appearance.
+class SeqInterner {
+ public:
+  SeqInterner() : table_(1024, -1) { start_.push_back(0); }
+
+  int32_t Intern(const int32_t* seq, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    for (size_t i = 0; i < n; ++i) {
+      h = (h ^ static_cast<uint32_t>(seq[i])) * 0x100000001B3ull;
+      h ^= h >> 29;
+    }
+    const size_t mask = table_.size() - 1;
+    size_t slot = h & mask;
+    while (table_[slot] >= 0) {
+      const int32_t id = table_[slot];
+      if (hash_[id] == h && start_[id + 1] - start_[id] == n &&
+          std::equal(seq, seq + n, data_.begin() + start_[id])) {
+        return id;
+      }
+      slot = (slot + 1) & mask;
+    }
+    const auto id = static_cast<int32_t>(hash_.size());
+    data_.insert(data_.end(), seq, seq + n);
+    start_.push_back(data_.size());
+    hash_.push_back(h);
+    table_[slot] = id;
+    if (hash_.size() * 2 > table_.size()) Rehash();
+    return id;
+  }
+  size_t size() const { return hash_.size(); }
+  // Copies sequence `id` (the storage may move while more are interned).
+  void Get(int32_t id, std::vector<int32_t>* out) const {
+    out->assign(data_.begin() + start_[id], data_.begin() + start_[id + 1]);
+  }
+
+ private:
+  void Rehash() {
+    table_.assign(table_.size() * 2, -1);
+    const size_t mask = table_.size() - 1;
+    for (size_t id = 0; id < hash_.size(); ++id) {
+      size_t slot = hash_[id] & mask;
+      while (table_[slot] >= 0) slot = (slot + 1) & mask;
+      table_[slot] = static_cast<int32_t>(id);
+    }
+  }
+  std::vector<int32_t> data_;
+  std::vector<size_t> start_;
+  std::vector<uint64_t> hash_;
+  std::vector<int32_t> table_;
 };
 
 // One rule's deterministic automaton before global numbering.
@@ -148,46 +193,44 @@ StatusOr<Dfa> Determinize(const Nfa& nfa, int32_t start, int32_t final, int64_t 
                           const std::string& rule_name) {
   std::vector<uint32_t> stamp(nfa.states.size(), 0);
   uint32_t epoch = 0;
-  std::vector<int32_t> stack;
-  auto closure = [&](std::vector<int32_t> seeds) {
+  std::vector<int32_t> stack, closed;
+  SeqInterner sets;
+  // Interns the epsilon closure of `seeds`.
+  auto closure = [&](std::vector<int32_t>& seeds) {
     ++epoch;
-    std::vector<int32_t> out;
-    stack = std::move(seeds);
+    closed.clear();
+    stack.swap(seeds);
     while (!stack.empty()) {
       const int32_t s = stack.back();
       stack.pop_back();
       if (stamp[s] == epoch) continue;
       stamp[s] = epoch;
-      out.push_back(s);
+      closed.push_back(s);
       for (int32_t t : nfa.states[s].eps) {
         if (stamp[t] != epoch) stack.push_back(t);
       }
     }
-    std::sort(out.begin(), out.end());
-    return out;
+    std::sort(closed.begin(), closed.end());
+    return sets.Intern(closed.data(), closed.size());
   };
 
   Dfa dfa;
-  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
-  std::vector<std::vector<int32_t>> sets;
-  auto intern = [&](std::vector<int32_t> set) {
-    auto [it, inserted] = ids.emplace(set, static_cast<int32_t>(sets.size()));
-    if (inserted) sets.push_back(std::move(set));
-    return it->second;
-  };
-  dfa.start = intern(closure({start}));
+  std::vector<int32_t> seeds = {start}, members, targets;
+  dfa.start = closure(seeds);
   std::vector<const ByteEdge*> edges;
   std::vector<int> bounds;
+  std::vector<std::pair<int32_t, int32_t>> calls;
   for (size_t d = 0; d < sets.size(); ++d) {
     if (static_cast<int64_t>(sets.size()) > limit) {
       return InvalidArgument("rule '{}' is too complex: over {} automaton states", rule_name,
                              limit);
     }
+    sets.Get(static_cast<int32_t>(d), &members);
     DState st;
     edges.clear();
     bounds.clear();
-    std::vector<std::pair<int32_t, int32_t>> calls;
-    for (int32_t s : sets[d]) {
+    calls.clear();
+    for (int32_t s : members) {
       if (s == final) st.final = true;
       for (const ByteEdge& e : nfa.states[s].bytes) {
         edges.push_back(&e);
@@ -200,7 +243,7 @@ StatusOr<Dfa> Determinize(const Nfa& nfa, int32_t start, int32_t final, int64_t 
     bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
     for (size_t i = 0; i + 1 < bounds.size(); ++i) {
       const int lo = bounds[i], hi = bounds[i + 1] - 1;
-      std::vector<int32_t> targets;
+      targets.clear();
       uint8_t mark = 0;
       bool unmarked = false;
       for (const ByteEdge* e : edges) {
@@ -214,7 +257,7 @@ StatusOr<Dfa> Determinize(const Nfa& nfa, int32_t start, int32_t final, int64_t 
       if (mark != 0 && unmarked) {
         return Internal("rule '{}': ambiguous character counting", rule_name);
       }
-      const int32_t to = intern(closure(std::move(targets)));
+      const int32_t to = closure(targets);
       if (!st.segs.empty() && st.segs.back().hi + 1 == lo && st.segs.back().to == to &&
           st.segs.back().mark == mark) {
         st.segs.back().hi = static_cast<uint8_t>(hi);
@@ -225,10 +268,10 @@ StatusOr<Dfa> Determinize(const Nfa& nfa, int32_t start, int32_t final, int64_t 
     std::sort(calls.begin(), calls.end());
     for (size_t i = 0; i < calls.size();) {
       size_t j = i;
-      std::vector<int32_t> targets;
+      targets.clear();
       while (j < calls.size() && calls[j].first == calls[i].first)
         targets.push_back(calls[j++].second);
-      st.calls.emplace_back(calls[i].first, intern(closure(std::move(targets))));
+      st.calls.emplace_back(calls[i].first, closure(targets));
       i = j;
     }
     dfa.states.push_back(std::move(st));
@@ -446,8 +489,82 @@ void ComputeNeeds(Dfa* dfa) {
   }
 }
 
-// Moore partition refinement over the rule's byte classes and calls.
-Dfa Minimize(const Dfa& dfa, std::array<uint8_t, 256>* classes, int* num_classes) {
+// A partition of 0..n-1 into sets that can be refined by marking elements (Valmari's
+// refinable partition).
+class RefinablePartition {
+ public:
+  explicit RefinablePartition(int32_t n)
+      : elems_(n),
+        loc_(n),
+        set_(n, 0),
+        first_(n + 1),
+        past_(n + 1),
+        marked_(n + 1, 0),
+        touched_(n + 1) {
+    for (int32_t i = 0; i < n; ++i) elems_[i] = loc_[i] = i;
+    sets_ = n > 0 ? 1 : 0;
+    first_[0] = 0;
+    past_[0] = n;
+  }
+  int32_t sets() const { return sets_; }
+  int32_t set_of(int32_t e) const { return set_[e]; }
+  int32_t first(int32_t s) const { return first_[s]; }
+  int32_t past(int32_t s) const { return past_[s]; }
+  int32_t elem(int32_t i) const { return elems_[i]; }
+  // Sets [first, past) of elements already ordered, for an initial grouping.
+  void Assign(const std::vector<int32_t>& order, const std::vector<int32_t>& starts) {
+    sets_ = static_cast<int32_t>(starts.size()) - 1;
+    for (int32_t k = 0; k < sets_; ++k) {
+      first_[k] = starts[k];
+      past_[k] = starts[k + 1];
+      for (int32_t i = starts[k]; i < starts[k + 1]; ++i) {
+        elems_[i] = order[i];
+        loc_[order[i]] = i;
+        set_[order[i]] = k;
+      }
+    }
+  }
+  void Mark(int32_t e) {
+    const int32_t s = set_[e];
+    const int32_t i = loc_[e];
+    const int32_t j = first_[s] + marked_[s];
+    elems_[i] = elems_[j];
+    loc_[elems_[i]] = i;
+    elems_[j] = e;
+    loc_[e] = j;
+    if (!marked_[s]++) touched_[num_touched_++] = s;
+  }
+  void Split() {
+    while (num_touched_) {
+      const int32_t s = touched_[--num_touched_];
+      const int32_t j = first_[s] + marked_[s];
+      if (j == past_[s]) {
+        marked_[s] = 0;
+        continue;
+      }
+      // The smaller part becomes the new set.
+      if (marked_[s] <= past_[s] - j) {
+        first_[sets_] = first_[s];
+        past_[sets_] = first_[s] = j;
+      } else {
+        past_[sets_] = past_[s];
+        first_[sets_] = past_[s] = j;
+      }
+      for (int32_t i = first_[sets_]; i < past_[sets_]; ++i) set_[elems_[i]] = sets_;
+      marked_[s] = marked_[sets_++] = 0;
+    }
+  }
+
+ private:
+  std::vector<int32_t> elems_, loc_, set_, first_, past_, marked_, touched_;
+  int32_t sets_ = 0, num_touched_ = 0;
+};
+
+constexpr size_t kMinimizeLimit = 20000;
+
+// Minimization by Valmari's algorithm (partition refinement over states and transitions, for
+// partial automata). Byte transitions are labelled by class and mark, calls by callee.
+Dfa Minimize(const Dfa& dfa, std::array<uint8_t, 256>* classes, int* num_classes, bool refine) {
   std::array<uint8_t, 257> cut{};
   cut[0] = 1;
   for (const DState& s : dfa.states) {
@@ -462,63 +579,96 @@ Dfa Minimize(const Dfa& dfa, std::array<uint8_t, 256>* classes, int* num_classes
     (*classes)[b] = static_cast<uint8_t>(nc);
   }
   *num_classes = nc + 1;
+  if (!refine) return dfa;
   const int32_t n = static_cast<int32_t>(dfa.states.size());
-  // table[s * classes + c]: target * 4 + mark, or -1.
-  std::vector<int64_t> table(static_cast<size_t>(n) * (nc + 1), -1);
+  // Transitions (tail, label, head).
+  std::vector<int32_t> tail, label, head;
+  std::vector<int32_t> callees;
   for (int32_t s = 0; s < n; ++s) {
     for (const Segment& seg : dfa.states[s].segs) {
       for (int c = (*classes)[seg.lo]; c <= (*classes)[seg.hi]; ++c) {
-        table[static_cast<size_t>(s) * (nc + 1) + c] = static_cast<int64_t>(seg.to) * 4 + seg.mark;
+        tail.push_back(s);
+        label.push_back(c * 4 + seg.mark);
+        head.push_back(seg.to);
       }
     }
+    for (const auto& [rule, to] : dfa.states[s].calls) {
+      auto it = std::find(callees.begin(), callees.end(), rule);
+      if (it == callees.end()) it = callees.insert(callees.end(), rule);
+      tail.push_back(s);
+      label.push_back(1024 + static_cast<int32_t>(it - callees.begin()));
+      head.push_back(to);
+    }
   }
-  std::vector<int32_t> block(n);
-  int32_t num_blocks = 0;
+  const int32_t m = static_cast<int32_t>(tail.size());
+  // Initial blocks: finality and the counts still needed.
+  RefinablePartition blocks(n);
   {
-    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
-    for (int32_t s = 0; s < n; ++s) {
+    std::vector<int32_t> order(n);
+    for (int32_t i = 0; i < n; ++i) order[i] = i;
+    auto key = [&](int32_t s) {
       const DState& st = dfa.states[s];
-      std::vector<int32_t> key = {st.final, static_cast<int32_t>(st.need_min),
-                                  static_cast<int32_t>(st.need_max)};
-      block[s] = ids.emplace(std::move(key), static_cast<int32_t>(ids.size())).first->second;
+      return std::make_tuple(st.final, st.need_min, st.need_max);
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t x, int32_t y) { return key(x) < key(y); });
+    std::vector<int32_t> starts = {0};
+    for (int32_t i = 1; i < n; ++i) {
+      if (key(order[i]) != key(order[i - 1])) starts.push_back(i);
     }
-    num_blocks = static_cast<int32_t>(ids.size());
+    starts.push_back(n);
+    blocks.Assign(order, starts);
   }
-  std::vector<int32_t> sig;
-  while (true) {
-    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
-    std::vector<int32_t> next(n);
-    for (int32_t s = 0; s < n; ++s) {
-      sig.clear();
-      sig.push_back(block[s]);
-      for (int c = 0; c <= nc; ++c) {
-        const int64_t e = table[static_cast<size_t>(s) * (nc + 1) + c];
-        sig.push_back(e < 0 ? -1 : block[e / 4] * 4 + static_cast<int32_t>(e % 4));
-      }
-      for (const auto& [rule, to] : dfa.states[s].calls) {
-        sig.push_back(rule);
-        sig.push_back(block[to]);
-      }
-      next[s] = ids.emplace(sig, static_cast<int32_t>(ids.size())).first->second;
+  // Cords: transitions grouped by label.
+  RefinablePartition cords(m);
+  {
+    std::vector<int32_t> order(m);
+    for (int32_t i = 0; i < m; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t x, int32_t y) { return label[x] < label[y]; });
+    std::vector<int32_t> starts = {0};
+    for (int32_t i = 1; i < m; ++i) {
+      if (label[order[i]] != label[order[i - 1]]) starts.push_back(i);
     }
-    const bool stable = static_cast<int32_t>(ids.size()) == num_blocks;
-    block = std::move(next);
-    num_blocks = static_cast<int32_t>(ids.size());
-    if (stable) break;
+    starts.push_back(m);
+    if (m > 0) cords.Assign(order, starts);
   }
+  // Incoming transitions of each state.
+  std::vector<int32_t> in_first(n + 1, 0), in_list(m);
+  for (int32_t t = 0; t < m; ++t) ++in_first[head[t] + 1];
+  for (int32_t s = 0; s < n; ++s) in_first[s + 1] += in_first[s];
+  {
+    std::vector<int32_t> fill(in_first.begin(), in_first.end() - 1);
+    for (int32_t t = 0; t < m; ++t) in_list[fill[head[t]]++] = t;
+  }
+  int32_t b = 1, c = 0;
+  while (c < cords.sets()) {
+    for (int32_t i = cords.first(c); i < cords.past(c); ++i) blocks.Mark(tail[cords.elem(i)]);
+    blocks.Split();
+    ++c;
+    while (b < blocks.sets()) {
+      for (int32_t i = blocks.first(b); i < blocks.past(b); ++i) {
+        const int32_t s = blocks.elem(i);
+        for (int32_t j = in_first[s]; j < in_first[s + 1]; ++j) cords.Mark(in_list[j]);
+      }
+      cords.Split();
+      ++b;
+    }
+  }
+  const int32_t num_blocks = blocks.sets();
   Dfa out;
   out.states.resize(num_blocks);
   std::vector<uint8_t> done(num_blocks, 0);
   for (int32_t s = 0; s < n; ++s) {
-    const int32_t b = block[s];
-    if (done[b]) continue;
-    done[b] = 1;
+    const int32_t blk = blocks.set_of(s);
+    if (done[blk]) continue;
+    done[blk] = 1;
     DState st = dfa.states[s];
-    for (Segment& seg : st.segs) seg.to = block[seg.to];
-    for (auto& c : st.calls) c.second = block[c.second];
-    out.states[b] = std::move(st);
+    for (Segment& seg : st.segs) seg.to = blocks.set_of(seg.to);
+    for (auto& call : st.calls) call.second = blocks.set_of(call.second);
+    out.states[blk] = std::move(st);
   }
-  out.start = block[dfa.start];
+  out.start = blocks.set_of(dfa.start);
   return out;
 }
 
@@ -584,7 +734,10 @@ class AutomatonBuilder {
       if (!productive[r]) continue;
       Trim(&dfas[r], productive);
       if (g_.rule(r).counted) ComputeNeeds(&dfas[r]);
-      dfas[r] = Minimize(dfas[r], &classes[r], &num_classes[r]);
+      // Minimizing merges equivalent states (fewer masks to compute, canonical shapes for the
+      // shared cache); refinement is quadratic on long chains, so very large rules stay as built.
+      dfas[r] =
+          Minimize(dfas[r], &classes[r], &num_classes[r], dfas[r].states.size() <= kMinimizeLimit);
     }
     // Keep the rules the root still reaches.
     std::vector<RuleId> kept;

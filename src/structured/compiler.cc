@@ -1,7 +1,9 @@
 #include "structured/compiler.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 namespace dinfer::structured {
 namespace {
@@ -41,12 +43,25 @@ void AppendInt(std::string* out, uint32_t v) {
   out->append(buf, 4);
 }
 
-// Identifies a rule that calls no other rule by its automaton alone.
-std::string LeafSignature(const Automaton& a, int32_t rule, const std::vector<int32_t>& order) {
-  const Automaton::RuleInfo& r = a.rule(rule);
-  std::vector<uint32_t> index(r.end_state - r.first_state);
-  for (size_t i = 0; i < order.size(); ++i)
-    index[order[i] - r.first_state] = static_cast<uint32_t>(i);
+// Identifies the part of a rule that calls nothing reachable from `start` (in breadth-first
+// order) by its automaton alone; nullopt when that part has more than `limit` states.
+std::optional<std::string> Signature(const Automaton& a, int32_t start, size_t limit) {
+  const Automaton::RuleInfo& r = a.rule(a.state(start).rule);
+  std::vector<int32_t> index(r.end_state - r.first_state, -1);
+  std::vector<int32_t> order = {start};
+  index[start - r.first_state] = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (int b = 0; b < 256; ++b) {
+      const int32_t w = a.Next(order[i], static_cast<uint8_t>(b));
+      if (w < 0) continue;
+      const int32_t t = w & kTargetMask;
+      if (index[t - r.first_state] < 0) {
+        if (order.size() == limit) return std::nullopt;
+        index[t - r.first_state] = static_cast<int32_t>(order.size());
+        order.push_back(t);
+      }
+    }
+  }
   std::string sig;
   AppendInt(&sig, r.counted);
   AppendInt(&sig, static_cast<uint32_t>(order.size()));
@@ -58,9 +73,8 @@ std::string LeafSignature(const Automaton& a, int32_t rule, const std::vector<in
     int32_t prev = -2;
     for (int b = 0; b < 256; ++b) {
       const int32_t w = a.Next(s, static_cast<uint8_t>(b));
-      const int32_t key = w < 0 ? -1
-                                : static_cast<int32_t>(index[(w & kTargetMask) - r.first_state]) |
-                                      (w & ~kTargetMask);
+      const int32_t key =
+          w < 0 ? -1 : index[(w & kTargetMask) - r.first_state] | (w & ~kTargetMask);
       if (key != prev) {
         AppendInt(&sig, static_cast<uint32_t>(b));
         AppendInt(&sig, static_cast<uint32_t>(key));
@@ -71,50 +85,52 @@ std::string LeafSignature(const Automaton& a, int32_t rule, const std::vector<in
   return sig;
 }
 
-std::shared_ptr<RuleMasks> ComputeRuleMasks(const Automaton& a, const std::vector<int32_t>& order,
-                                            const TokenIndex& tokens) {
-  auto masks = std::make_shared<RuleMasks>();
-  masks->states.resize(order.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (a.state(order[i]).trans_base >= 0) {
-      masks->states[i] = ComputeStateMasks(a, order[i], tokens);
-    }
+// Tokens per first byte: the cost of walking that subtree of the vocabulary.
+std::array<int64_t, 256> FirstByteTokens(const TokenIndex& tokens) {
+  std::array<int64_t, 256> n{};
+  for (int32_t child : tokens.root_children()) {
+    const TokenIndex::Node& node = tokens.nodes()[child];
+    n[node.byte] = node.sub_tok_end - node.tok_begin;
   }
-  return masks;
+  return n;
 }
+
+// Compile-time mask work per rule, in tokens visited (about 2 ms): rules beyond it (long chains
+// of distinct states, such as bounded repetitions) leave their remaining states to run time.
+constexpr int64_t kEagerBudget = 400'000;
+// The busiest state of a rule is also cached on its own when it reaches few states: the loop of
+// a string body is the same in every key-exclusion or pattern rule that ends in one.
+constexpr size_t kStateSignatureLimit = 64;
 
 }  // namespace
 
-size_t RuleMasks::MemoryBytes() const {
-  size_t bytes = 0;
-  for (const StateMasks& s : states) bytes += s.MemoryBytes();
-  return bytes;
+const StateMasks& CompiledGrammar::ComputeLazy(int32_t state) const {
+  std::lock_guard<std::mutex> lock(lazy_mu_);
+  if (const StateMasks* m = masks_[state].load(std::memory_order_acquire)) return *m;
+  lazy_.push_back(ComputeStateMasks(automaton_, state, *tokens_));
+  masks_[state].store(&lazy_.back(), std::memory_order_release);
+  return lazy_.back();
 }
 
 GrammarCompiler::GrammarCompiler(std::shared_ptr<const TokenIndex> tokens,
                                  size_t shared_cache_bytes)
     : tokens_(std::move(tokens)), cache_budget_(shared_cache_bytes) {}
 
-std::shared_ptr<const RuleMasks> GrammarCompiler::SharedRuleMasks(const Automaton& a, int32_t rule,
-                                                                  const std::vector<int32_t>& order,
-                                                                  bool* from_cache) const {
-  std::string sig = LeafSignature(a, rule, order);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = cache_.find(sig); it != cache_.end()) {
-      lru_.splice(lru_.end(), lru_, it->second.pos);
-      *from_cache = true;
-      return it->second.masks;
-    }
-  }
-  *from_cache = false;
-  std::shared_ptr<const RuleMasks> masks = ComputeRuleMasks(a, order, *tokens_);
-  const size_t bytes = masks->MemoryBytes() + sig.size();
+std::shared_ptr<const void> GrammarCompiler::CacheGet(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = cache_.find(sig); it != cache_.end()) return it->second.masks;
-  if (bytes > cache_budget_) return masks;
-  lru_.push_back(sig);
-  cache_.emplace(std::move(sig), CacheEntry{masks, std::prev(lru_.end()), bytes});
+  auto it = cache_.find(key);
+  if (it == cache_.end()) return nullptr;
+  lru_.splice(lru_.end(), lru_, it->second.pos);
+  return it->second.value;
+}
+
+void GrammarCompiler::CachePut(std::string key, std::shared_ptr<const void> value,
+                               size_t bytes) const {
+  bytes += key.size();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bytes > cache_budget_ || cache_.contains(key)) return;
+  lru_.push_back(key);
+  cache_.emplace(std::move(key), CacheEntry{std::move(value), std::prev(lru_.end()), bytes});
   cache_bytes_ += bytes;
   while (cache_bytes_ > cache_budget_ && !lru_.empty()) {
     auto it = cache_.find(lru_.front());
@@ -122,7 +138,94 @@ std::shared_ptr<const RuleMasks> GrammarCompiler::SharedRuleMasks(const Automato
     cache_.erase(it);
     lru_.pop_front();
   }
-  return masks;
+}
+
+std::shared_ptr<const GrammarCompiler::MaskList> GrammarCompiler::LeafRuleMasks(
+    const Automaton& a, const std::vector<int32_t>& order, bool* from_cache) const {
+  const std::string key = "rule:" + *Signature(a, order[0], SIZE_MAX);
+  if (auto hit = CacheGet(key)) {
+    *from_cache = true;
+    return std::static_pointer_cast<const MaskList>(hit);
+  }
+  *from_cache = false;
+  // States of a rule that calls nothing often share most transitions (every state of a string
+  // loops back to its body): a state's masks are derived from a computed successor when only a
+  // small part of the vocabulary goes different ways. The busiest states come first.
+  const TokenIndex& tokens = *tokens_;
+  const std::array<int64_t, 256> weight = FirstByteTokens(tokens);
+  const int32_t first = a.rule(a.state(order[0]).rule).first_state;
+  std::vector<size_t> slot(order.size());
+  for (size_t i = 0; i < order.size(); ++i) slot[order[i] - first] = i;
+  std::vector<int64_t> popularity(order.size(), 0);
+  for (int32_t s : order) {
+    for (int b = 0; b < 256; ++b) {
+      const int32_t w = a.Next(s, static_cast<uint8_t>(b));
+      if (w >= 0) popularity[slot[(w & kTargetMask) - first]] += weight[b];
+    }
+  }
+  std::vector<size_t> by_popularity(order.size());
+  for (size_t i = 0; i < order.size(); ++i) by_popularity[i] = i;
+  std::stable_sort(by_popularity.begin(), by_popularity.end(),
+                   [&](size_t x, size_t y) { return popularity[x] > popularity[y]; });
+  auto list = std::make_shared<MaskList>(order.size());
+  int64_t spent = 0;
+  bool complete = true;
+  for (size_t i : by_popularity) {
+    const int32_t s = order[i];
+    if (a.state(s).trans_base < 0) continue;
+    int64_t fresh = 0;
+    std::vector<int32_t> targets;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t w = a.Next(s, static_cast<uint8_t>(b));
+      if (w < 0) continue;
+      fresh += weight[b];
+      const int32_t t = w & kTargetMask;
+      if (std::find(targets.begin(), targets.end(), t) == targets.end()) targets.push_back(t);
+    }
+    size_t best = order.size();
+    int64_t best_cost = fresh / 4;
+    for (int32_t t : targets) {
+      const size_t j = slot[t - first];
+      if (!(*list)[j] || t == s) continue;
+      int64_t cost = 0;
+      for (int b = 0; b < 256; ++b) {
+        const int32_t w = a.Next(s, static_cast<uint8_t>(b));
+        if (w >= 0 && w != a.Next(t, static_cast<uint8_t>(b))) cost += weight[b];
+      }
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = j;
+      }
+    }
+    if (best < order.size()) {
+      (*list)[i] =
+          std::make_shared<StateMasks>(DeriveStateMasks(a, s, tokens, order[best], *(*list)[best]));
+      spent += best_cost;
+      continue;
+    }
+    std::optional<std::string> state_key;
+    if (i == by_popularity[0]) state_key = Signature(a, s, kStateSignatureLimit);
+    if (state_key) {
+      if (auto hit = CacheGet("state:" + *state_key)) {
+        (*list)[i] = std::static_pointer_cast<const StateMasks>(hit);
+        continue;
+      }
+    }
+    if (spent + fresh > kEagerBudget && spent > 0) {
+      complete = false;  // left to run time
+      continue;
+    }
+    auto masks = std::make_shared<const StateMasks>(ComputeStateMasks(a, s, tokens));
+    spent += fresh;
+    if (state_key) CachePut("state:" + *state_key, masks, masks->MemoryBytes());
+    (*list)[i] = std::move(masks);
+  }
+  if (complete) {
+    size_t bytes = 0;
+    for (const auto& m : *list) bytes += m ? m->MemoryBytes() : 0;
+    CachePut(key, list, bytes);
+  }
+  return list;
 }
 
 StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::Compile(
@@ -141,32 +244,31 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::Compile(
 
   const auto t1 = std::chrono::steady_clock::now();
   cg->first_bytes_.assign(a.num_states(), ByteSet256{});
+  cg->masks_ = std::make_unique<std::atomic<const StateMasks*>[]>(a.num_states());
   for (int32_t s = 0; s < a.num_states(); ++s) {
+    cg->masks_[s].store(nullptr, std::memory_order_relaxed);
     if (a.state(s).trans_base < 0) continue;
+    ++stats.mask_states;
     for (int b = 0; b < 256; ++b) {
       if (a.Next(s, static_cast<uint8_t>(b)) >= 0) cg->first_bytes_[s][b >> 6] |= 1ull << (b & 63);
     }
   }
-  cg->state_masks_.assign(a.num_states(), nullptr);
   for (int32_t r = 0; r < a.num_rules(); ++r) {
     const std::vector<int32_t> order = CanonicalOrder(a, r);
     bool leaf = true;
     for (int32_t s : order) leaf &= a.state(s).call_begin == a.state(s).call_end;
-    std::shared_ptr<const RuleMasks> masks;
-    if (leaf) {
-      bool from_cache = false;
-      masks = SharedRuleMasks(a, r, order, &from_cache);
-      stats.shared_mask_rules += from_cache;
-      if (!from_cache) stats.mask_bytes += masks->MemoryBytes();
-    } else {
-      masks = ComputeRuleMasks(a, order, *tokens_);
-      stats.mask_bytes += masks->MemoryBytes();
-    }
+    if (!leaf) continue;  // masked on first use
+    bool from_cache = false;
+    std::shared_ptr<const MaskList> masks = LeafRuleMasks(a, order, &from_cache);
+    stats.shared_mask_rules += from_cache;
     for (size_t i = 0; i < order.size(); ++i) {
-      cg->state_masks_[order[i]] = &masks->states[i];
-      stats.mask_states += a.state(order[i]).trans_base >= 0;
+      const std::shared_ptr<const StateMasks>& m = (*masks)[i];
+      if (!m) continue;
+      cg->masks_[order[i]].store(m.get(), std::memory_order_relaxed);
+      cg->eager_.push_back(m);
+      ++stats.eager_states;
+      if (!from_cache) stats.mask_bytes += m->MemoryBytes();
     }
-    cg->rule_masks_.push_back(std::move(masks));
   }
   stats.mask_ms = MsSince(t1);
   return std::shared_ptr<const CompiledGrammar>(std::move(cg));

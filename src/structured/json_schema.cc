@@ -74,10 +74,12 @@ Status Converter::Run(const json::value& root) {
 ExprId Converter::Ws() {
   if (opt_.max_whitespace == 0) return g_.Empty();
   if (ws_ < 0) {
-    const ExprId space = g_.Bytes({{' ', ' '}, {'\t', '\n'}, {'\r', '\r'}});
-    const uint32_t max =
-        opt_.max_whitespace < 0 ? kUnbounded : static_cast<uint32_t>(opt_.max_whitespace);
-    ws_ = g_.DefineRule("ws", g_.Repeat(space, 0, max));
+    // One looping state whose bytes are counted: the bound costs no states, and the rule's masks
+    // are shared by every grammar of the tokenizer whatever the bound.
+    const ExprId space = g_.Bytes({{' ', ' '}, {'\t', '\n'}, {'\r', '\r'}}, ByteMark::kChar);
+    ws_ = g_.DefineRule("ws", g_.Star(space));
+    g_.SetCounted(
+        ws_, 0, opt_.max_whitespace < 0 ? kUnbounded : static_cast<uint32_t>(opt_.max_whitespace));
   }
   return g_.Ref(ws_);
 }

@@ -326,8 +326,10 @@ std::optional<std::string_view> FormatRegex(std::string_view format) {
       R"(|T(\d+H(\d+M)?(\d+S)?|\d+M(\d+S)?|\d+S)))";
   static const std::string kAtom = R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)";
   static const std::string kLabel = R"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)";
+  // Email domains keep their labels unbounded: bounded runs would cost one state per character.
+  static const std::string kLooseLabel = R"([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)";
   static const std::string kEmail =
-      kAtom + R"((\.)" + kAtom + R"()*@()" + kLabel + R"(\.)+)" + kLabel;
+      kAtom + R"((\.)" + kAtom + R"()*@()" + kLooseLabel + R"(\.)+)" + kLooseLabel;
   static const std::string kHostname = kLabel + R"((\.)" + kLabel + ")*";
   static const std::string kOctet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
   static const std::string kIpv4 = kOctet + R"((\.)" + kOctet + "){3}";

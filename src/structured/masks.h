@@ -61,4 +61,10 @@ struct StateMasks {
 // a stack whose bottom is the state's rule.
 StateMasks ComputeStateMasks(const Automaton& automaton, int32_t state, const TokenIndex& tokens);
 
+// The same masks, derived from those of `ref_state` (a state of the same rule that calls no other
+// rule): only the vocabulary subtrees whose first byte the two states treat differently are
+// walked. Much cheaper when the states share most transitions (a string's states all loop back).
+StateMasks DeriveStateMasks(const Automaton& automaton, int32_t state, const TokenIndex& tokens,
+                            int32_t ref_state, const StateMasks& ref);
+
 }  // namespace dinfer::structured

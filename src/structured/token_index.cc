@@ -91,6 +91,10 @@ void TokenIndex::Build(const std::vector<uint8_t>& excluded) {
     nodes_[n].sub_tok_end = static_cast<int32_t>(ids.size());
   }
   nodes_[0].tok_begin = nodes_[0].tok_end = 0;
+  root_children_.clear();
+  for (int32_t i = 1; i < static_cast<int32_t>(nodes_.size()); i = nodes_[i].subtree_end) {
+    root_children_.push_back(i);
+  }
   uint64_t h = 0xCBF29CE484222325ull;
   auto mix = [&](uint64_t x) { h = (h ^ x) * 0x100000001B3ull; };
   for (const std::string& t : bytes_) {

@@ -42,6 +42,8 @@ class TokenIndex {
   // Whether the grammar can match the token's bytes (special tokens and empty tokens: never).
   bool matchable(int32_t id) const { return matchable_[id] != 0; }
   const std::vector<Node>& nodes() const { return nodes_; }
+  // The nodes at depth 1 (one per first byte), in byte order.
+  const std::vector<int32_t>& root_children() const { return root_children_; }
   // Token ids in byte order; nodes index into this.
   const std::vector<int32_t>& sorted() const { return sorted_; }
   int32_t max_token_bytes() const { return max_token_bytes_; }
@@ -55,6 +57,7 @@ class TokenIndex {
   std::vector<int32_t> stop_ids_;
   std::vector<uint8_t> matchable_;
   std::vector<Node> nodes_;
+  std::vector<int32_t> root_children_;
   std::vector<int32_t> sorted_;
   int32_t max_token_bytes_ = 0;
   uint64_t fingerprint_ = 0;
