@@ -10,16 +10,9 @@
 
 #include "base/thread_pool.h"
 #include "model/model.h"
+#include "runner/seq_chunk.h"
 
 namespace dinfer {
-
-struct SeqChunk {
-  std::span<const int32_t> tokens;       // new tokens of this sequence in this step
-  int64_t start_pos = 0;                 // position of tokens[0]
-  std::span<const int32_t> block_table;  // blocks covering positions [0, start_pos + tokens.size())
-  // Which logits to return: none, the last token's (to sample the next token), or every token's.
-  enum class Logits { kNone, kLast, kAll } logits = Logits::kLast;
-};
 
 struct RunnerOptions {
   int64_t num_blocks = 0;  // 0: enough for max_seq_len of one sequence

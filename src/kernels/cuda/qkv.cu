@@ -1,0 +1,95 @@
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/qkv.h"
+
+namespace dinfer::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxHeadDim = 256;
+
+// One warp per head: q heads first, then k heads (each k-head warp also copies its v head).
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32) QkvKernel(QkvParams p) {
+  __shared__ float buf[kWarps][kMaxHeadDim];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.x;
+  const int64_t head = static_cast<int64_t>(blockIdx.y) * kWarps + warp;
+  if (head >= p.num_heads + p.num_kv_heads) return;
+  const bool is_q = head < p.num_heads;
+  const int64_t d_len = p.head_dim;
+  const int64_t q_dim = p.num_heads * d_len, kv_dim = p.num_kv_heads * d_len;
+  const int64_t col = head * d_len;  // column of this head in the qkv row (k follows q)
+  T* row = static_cast<T*>(p.qkv) + t * p.qkv_stride;
+  float* x = buf[warp];
+
+  for (int64_t d = lane; d < d_len; d += 32) {
+    float v = ToFloat(row[col + d]);
+    if (p.bias != nullptr) v += p.bias[col + d];
+    x[d] = v;
+  }
+  const float* norm = is_q ? p.q_norm : p.k_norm;
+  if (norm != nullptr) {
+    float ss = 0.0f;
+    for (int64_t d = lane; d < d_len; d += 32) ss += x[d] * x[d];
+    const float inv = rsqrtf(WarpSum(ss) / static_cast<float>(d_len) + p.norm_eps);
+    for (int64_t d = lane; d < d_len; d += 32) x[d] = x[d] * inv * norm[d];
+  }
+  __syncwarp();
+  const float pos = static_cast<float>(p.positions[t]);
+  const int64_t half = p.rotary_dim / 2;
+  float rotated[kMaxHeadDim / 32];
+#pragma unroll
+  for (int k = 0; k < kMaxHeadDim / 32; ++k) {
+    const int64_t d = lane + 32 * k;
+    if (d >= d_len) break;
+    float v = x[d];
+    if (d < p.rotary_dim) {
+      // Pair (a, b) with a the first element: interleaved (2i, 2i+1), else (i, i + half).
+      const int64_t i = p.interleaved ? d / 2 : (d < half ? d : d - half);
+      const bool first = p.interleaved ? (d % 2 == 0) : (d < half);
+      const int64_t partner =
+          p.interleaved ? (first ? d + 1 : d - 1) : (first ? d + half : d - half);
+      float s, c;
+      sincosf(pos * p.inv_freq[i], &s, &c);
+      c *= p.attention_scaling;
+      s *= p.attention_scaling;
+      v = first ? v * c - x[partner] * s : v * c + x[partner] * s;
+    }
+    rotated[k] = v;
+  }
+  const int64_t slot = p.slot_mapping[t];
+  T* dst = is_q ? row + col : static_cast<T*>(p.k_cache) + slot * kv_dim + (col - q_dim);
+#pragma unroll
+  for (int k = 0; k < kMaxHeadDim / 32; ++k) {
+    const int64_t d = lane + 32 * k;
+    if (d >= d_len) break;
+    dst[d] = FromFloat<T>(rotated[k]);
+  }
+  if (!is_q) {
+    const int64_t v_col = q_dim + kv_dim + (col - q_dim);
+    T* v_dst = static_cast<T*>(p.v_cache) + slot * kv_dim + (col - q_dim);
+    for (int64_t d = lane; d < d_len; d += 32) {
+      float v = ToFloat(row[v_col + d]);
+      if (p.bias != nullptr) v += p.bias[v_col + d];
+      v_dst[d] = FromFloat<T>(v);
+    }
+  }
+}
+
+}  // namespace
+
+int QkvRopeKvWrite(const QkvParams& p, void* stream) {
+  if (p.num_tokens == 0) return 0;
+  if (p.head_dim > kMaxHeadDim || p.rotary_dim > p.head_dim || p.rotary_dim % 2 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const unsigned heads = static_cast<unsigned>(p.num_heads + p.num_kv_heads);
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), (heads + kWarps - 1) / kWarps);
+  return DispatchFloat(p.dtype, [&](auto t) {
+    using T = decltype(t);
+    QkvKernel<T><<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace dinfer::kernels::cuda
