@@ -36,6 +36,8 @@ void AddBenchOfflineFlags(CLI::App& cmd, BenchOfflineArgs& a) {
   cmd.add_option("--kv-cache-mib", a.kv_cache_mib, "KV cache memory")->capture_default_str();
   cmd.add_option("--seed", a.seed, "seed of the random prompts")->capture_default_str();
   cmd.add_option("--json", a.json, "write the results as JSON to this file");
+  cmd.add_option("--device", a.device, "cpu, cuda, or auto (the GPU when there is one)")
+      ->capture_default_str();
 }
 
 namespace {
@@ -83,6 +85,7 @@ int RunBenchOffline(const BenchOfflineArgs& a) {
   eo.max_num_batched_tokens = a.max_batched_tokens;
   eo.kv_cache_mib = a.kv_cache_mib;
   eo.enable_prefix_caching = !a.no_prefix_cache;
+  eo.device = a.device;
   auto engine = Engine::Create(eo);
   if (!engine.ok()) {
     std::fprintf(stderr, "dinfer bench offline: %s\n", engine.status().ToString().c_str());

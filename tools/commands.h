@@ -25,6 +25,7 @@ struct GenerateArgs {
   int threads = 0;
   int64_t context = 4096;
   bool f32_activations = false;
+  std::string device = "auto";
 };
 void AddGenerateFlags(CLI::App& cmd, GenerateArgs& args);
 int RunGenerate(const GenerateArgs& args);
@@ -54,6 +55,7 @@ struct BenchOfflineArgs {
   int64_t kv_cache_mib = 512;
   uint32_t seed = 0;
   std::string json;
+  std::string device = "auto";
 };
 void AddBenchOfflineFlags(CLI::App& cmd, BenchOfflineArgs& args);
 int RunBenchOffline(const BenchOfflineArgs& args);

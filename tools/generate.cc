@@ -36,6 +36,8 @@ void AddGenerateFlags(CLI::App& cmd, GenerateArgs& a) {
                "treat special-token markup in --prompt as plain text");
   cmd.add_option("-t,--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd.add_option("-c,--context", a.context, "KV cache size in tokens")->capture_default_str();
+  cmd.add_option("--device", a.device, "cpu, cuda, or auto (the GPU when there is one)")
+      ->capture_default_str();
   cmd.add_flag("--f32-activations", a.f32_activations,
                "quantized models: multiply dequantized weights with f32 activations (the numerics "
                "of reference implementations; slower) instead of 8-bit activations");
@@ -88,7 +90,13 @@ int RunGenerate(const GenerateArgs& a) {
     auto ids = tok.Encode(a.prompt, !a.no_special);
     prompt.insert(prompt.end(), ids.begin(), ids.end());
   }
+  auto device = ModelRunner::ParseDevice(a.device);
+  if (!device.ok()) {
+    std::fprintf(stderr, "dinfer generate: %s\n", device.status().ToString().c_str());
+    return 2;
+  }
   EngineConfig ec;
+  ec.device = *device;
   ec.threads = a.threads;
   ec.f32_activations = a.f32_activations;
   ec.scheduler.max_num_seqs = 1;
@@ -96,6 +104,10 @@ int RunGenerate(const GenerateArgs& a) {
       std::max<int64_t>(a.context, static_cast<int64_t>(prompt.size()) + a.max_tokens);
   ec.num_kv_blocks = (ec.scheduler.max_model_len + ec.block_size - 1) / ec.block_size + 1;
   EngineCore engine(*lm->model, ec);
+  if (!engine.runner().status().ok()) {
+    std::fprintf(stderr, "dinfer generate: %s\n", engine.runner().status().ToString().c_str());
+    return 1;
+  }
   RequestOptions ro;
   ro.max_tokens = a.max_tokens;
   ro.sampling.temperature = a.temperature;

@@ -75,8 +75,9 @@ class Stream final : public RequestStream {
 
 class EngineImpl final : public Engine {
  public:
-  explicit EngineImpl(LoadedModel lm, const EngineOptions& o) : lm_(std::move(lm)) {
+  EngineImpl(LoadedModel lm, const EngineOptions& o, Device device) : lm_(std::move(lm)) {
     EngineConfig c;
+    c.device = device;
     c.threads = o.threads;
     c.block_size = o.block_size;
     c.kv_cache_bytes = o.kv_cache_mib << 20;
@@ -89,6 +90,7 @@ class EngineImpl final : public Engine {
     c.scheduler.max_model_len =
         o.max_model_len > 0 ? o.max_model_len : lm_.config.max_position_embeddings;
     core_ = std::make_unique<EngineCore>(*lm_.model, c);
+    if (!core_->runner().status().ok()) return;  // Create reports it; no loop runs
     eos_ = lm_.generation.eos_token_ids;
     if (lm_.tokenizer) {
       for (int32_t id : lm_.tokenizer->eos_ids()) eos_.push_back(id);
@@ -102,8 +104,10 @@ class EngineImpl final : public Engine {
       stop_ = true;
     }
     cv_.notify_all();
-    loop_.join();
+    if (loop_.joinable()) loop_.join();
   }
+
+  const Status& runner_status() const { return core_->runner().status(); }
 
   StatusOr<std::shared_ptr<RequestStream>> Submit(const RequestSpec& spec) override {
     std::vector<int32_t> prompt = spec.prompt_ids;
@@ -276,8 +280,11 @@ class EngineImpl final : public Engine {
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   LoadOptions lo;
   lo.show_progress = options.show_progress;
+  DINFER_ASSIGN_OR_RETURN(const Device device, ModelRunner::ParseDevice(options.device));
   DINFER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(options.model, lo));
-  return std::unique_ptr<Engine>(new EngineImpl(std::move(lm), options));
+  auto engine = std::make_unique<EngineImpl>(std::move(lm), options, device);
+  if (!engine->runner_status().ok()) return engine->runner_status();
+  return std::unique_ptr<Engine>(std::move(engine));
 }
 
 }  // namespace dinfer

@@ -22,9 +22,6 @@ class KvStorage {
   ops::KvLayerView layer(int64_t i) const;
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
-  static int64_t BytesPerBlock(int64_t num_layers, int64_t block_size, int64_t kv_dim) {
-    return 2 * num_layers * block_size * kv_dim * static_cast<int64_t>(sizeof(float));
-  }
 
  private:
   int64_t num_blocks_, block_size_, kv_dim_;
