@@ -64,8 +64,9 @@ struct Limits {
 StatusOr<Limits> MeasureLimits(const cuda::Stream& stream, int multiprocessors);
 
 // The kernel speed table (bench mode "kernels") and the model benchmarks (mode "model").
+// only: run the sections whose name ("gemm", "attention", "elementwise") contains it.
 StatusOr<boost::json::object> KernelBench(const cuda::Stream& stream, const Limits& limits,
-                                          int multiprocessors);
+                                          int multiprocessors, const std::string& only);
 struct ModelBenchOptions {
   std::string config_path;
   bool throughput = true;  // the 1,000 / 1,000 at 256 concurrent run (the longest part)

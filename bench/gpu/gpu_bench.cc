@@ -1,5 +1,6 @@
 // dinfer_gpu_bench: GPU benchmarks for scripts/gpu. Modes:
-//   dinfer_gpu_bench kernels OUT.json          device limits and each kernel's speed
+//   dinfer_gpu_bench kernels OUT.json [SECTION] device limits and each kernel's speed (SECTION:
+//                                              gemm, attention or elementwise only)
 //   dinfer_gpu_bench model CONFIG OUT.json [--no-throughput]
 //                                              a random-weight model of CONFIG's shape: batch-1
 //                                              decode, prefill, idle gaps, 1,000/1,000 at 256
@@ -76,7 +77,8 @@ Status Main(int argc, char** argv) {
   std::string path;
   if (mode == "kernels") {
     path = argv[2];
-    DINFER_ASSIGN_OR_RETURN(out["kernels"], KernelBench(stream, limits, info.multiprocessors));
+    DINFER_ASSIGN_OR_RETURN(
+        out["kernels"], KernelBench(stream, limits, info.multiprocessors, argc > 3 ? argv[3] : ""));
   } else if (mode == "model" && argc >= 4) {
     ModelBenchOptions o;
     o.config_path = argv[2];

@@ -88,6 +88,18 @@ Status GemmRows(const cuda::Stream& s, Table& t) {
                                  (impl == kc::GemmImpl::kGemv ? " gemv" : " cublaslt");
         t.Add(name, ms, m <= 8 ? static_cast<double>(w_bytes) : 0.0,
               m <= 8 ? 0.0 : 2.0 * m * sh.n * sh.k);
+        if (m != 1 || impl != kc::GemmImpl::kGemv) continue;
+        // The other GEMV tilings, against the default above.
+        for (kc::GemvTiling tiling : {kc::GemvTiling{2, 4, 1}, kc::GemvTiling{2, 4, 2},
+                                      kc::GemvTiling{2, 4, 4}, kc::GemvTiling{1, 8, 4}}) {
+          DINFER_ASSIGN_OR_RETURN(double tms, TimeMs(s, 3, 20, [&] {
+                                    p.w = static_cast<char*>(w.data()) + (i++ % copies) * w_bytes;
+                                    return cuda::CudaStatus(kc::Gemv(p, s.get(), tiling), "gemv");
+                                  }));
+          t.Add(name + " cols=" + std::to_string(tiling.cols) + " unroll=" +
+                    std::to_string(tiling.unroll) + " split=" + std::to_string(tiling.split),
+                tms, static_cast<double>(w_bytes), 0.0);
+        }
       }
     }
   }
@@ -261,14 +273,19 @@ Status ElementwiseRows(const cuda::Stream& s, Table& t) {
 }  // namespace
 
 StatusOr<json::object> KernelBench(const cuda::Stream& stream, const Limits& limits,
-                                   int multiprocessors) {
+                                   int multiprocessors, const std::string& only) {
   Table t{limits, {}};
-  DINFER_RETURN_IF_ERROR(GemmRows(stream, t));
-  DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 64, 2048, false, multiprocessors));
-  DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 256, 1536, false, multiprocessors));
-  DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 1, 32768, false, multiprocessors));
-  DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 8, 2048, true, multiprocessors));
-  DINFER_RETURN_IF_ERROR(ElementwiseRows(stream, t));
+  auto want = [&](const char* section) {
+    return std::string(section).find(only) != std::string::npos;
+  };
+  if (want("gemm")) DINFER_RETURN_IF_ERROR(GemmRows(stream, t));
+  if (want("attention")) {
+    DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 64, 2048, false, multiprocessors));
+    DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 256, 1536, false, multiprocessors));
+    DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 1, 32768, false, multiprocessors));
+    DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 8, 2048, true, multiprocessors));
+  }
+  if (want("elementwise")) DINFER_RETURN_IF_ERROR(ElementwiseRows(stream, t));
   return json::object{{"rows", std::move(t.rows)}};
 }
 

@@ -5,6 +5,7 @@
 // repacked in registers as the A operand of P·V, and V's B operand comes from ldmatrix.trans.
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace dinfer::kernels::cuda {
 namespace {
@@ -14,46 +15,19 @@ constexpr int kBN = 64;                  // keys per tile
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool fill) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int bytes = fill ? 16 : 0;  // 0: write zeros, read nothing
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 template <int D>
-__global__ void __launch_bounds__(kThreads) PrefillKernel(AttentionParams p) {
+__global__ void __launch_bounds__(kThreads, 3) PrefillKernel(AttentionParams p) {
   constexpr int kLd = D + 8;  // padded rows: fragment loads of 8 rows hit 8 different banks
   constexpr int kChunks = D / 8;
   extern __shared__ uint4 smem_raw[];
-  bf16* sq = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sk = sq + kBM * kLd;
+  // K and V tiles, two stages; Q is staged in the second K stage until its fragments are in
+  // registers, so three CTAs fit an SM.
+  bf16* sk = reinterpret_cast<bf16*>(smem_raw);
   bf16* sv = sk + 2 * kBN * kLd;
+  bf16* sq = sk + kBN * kLd;
+  static_assert(kBM == kBN, "Q is staged in a K stage");
+  WaitForPrerequisites();
+  AllowDependents();
 
   const int h = blockIdx.x;
   const int tile = blockIdx.y;
@@ -66,12 +40,12 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(AttentionParams p) {
   const int window = static_cast<int>(p.sliding_window);
   const int k_lo = window > 0 ? max(0, qpos0 - window + 1) : 0;
   const int kt_begin = k_lo / kBN, kt_end = (k_hi + kBN - 1) / kBN;
-  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const PagedRows paged(p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq,
+                        static_cast<int>(p.block_size));
   const int64_t kv_dim = p.num_kv_heads * p.head_dim;
   const bf16* k_cache = static_cast<const bf16*>(p.k_cache);
   const bf16* v_cache = static_cast<const bf16*>(p.v_cache);
   const bf16* q = static_cast<const bf16*>(p.q);
-  const int bs = static_cast<int>(p.block_size);
 
   for (int c = threadIdx.x; c < kBM * kChunks; c += kThreads) {
     const int r = c / kChunks, cc = c % kChunks;
@@ -85,10 +59,7 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(AttentionParams p) {
       const int j = kt * kBN + r;
       const bool fill = j < k_hi;
       int64_t off = 0;
-      if (fill) {
-        const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-        off = slot * kv_dim + kvh * D + cc * 8;
-      }
+      if (fill) off = paged.Slot(j) * kv_dim + kvh * D + cc * 8;
       CpAsync16(sk + (buf * kBN + r) * kLd + cc * 8, k_cache + off, fill);
       CpAsync16(sv + (buf * kBN + r) * kLd + cc * 8, v_cache + off, fill);
     }
@@ -100,12 +71,28 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(AttentionParams p) {
   const int g = lane >> 2, c2 = (lane & 3) * 2;
   const int qp0 = qpos0 + warp * 16 + g, qp1 = qp0 + 8;  // positions of this thread's two rows
   const int warp_first = qpos0 + warp * 16, warp_last = warp_first + 15;
+  const float scale_log2 = p.scale * kLog2e;
 
   uint32_t qf[D / 16][4];
   float o[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+  // Q (and the first K/V tile) in; Q's fragments to registers before its stage is reused.
+  CpAsyncWait<0>();
+  __syncthreads();
+  {
+    const bf16* wq = sq + warp * 16 * kLd;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      qf[kk][0] = *reinterpret_cast<const uint32_t*>(wq + g * kLd + kk * 16 + c2);
+      qf[kk][1] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * kLd + kk * 16 + c2);
+      qf[kk][2] = *reinterpret_cast<const uint32_t*>(wq + g * kLd + kk * 16 + c2 + 8);
+      qf[kk][3] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * kLd + kk * 16 + c2 + 8);
+    }
+  }
+  __syncthreads();
 
   for (int kt = kt_begin; kt < kt_end; ++kt) {
     const int buf = (kt - kt_begin) & 1;
@@ -117,16 +104,6 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(AttentionParams p) {
       CpAsyncWait<0>();
     }
     __syncthreads();
-    if (kt == kt_begin) {
-      const bf16* wq = sq + warp * 16 * kLd;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        qf[kk][0] = *reinterpret_cast<const uint32_t*>(wq + g * kLd + kk * 16 + c2);
-        qf[kk][1] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * kLd + kk * 16 + c2);
-        qf[kk][2] = *reinterpret_cast<const uint32_t*>(wq + g * kLd + kk * 16 + c2 + 8);
-        qf[kk][3] = *reinterpret_cast<const uint32_t*>(wq + (g + 8) * kLd + kk * 16 + c2 + 8);
-      }
-    }
     const int key0 = kt * kBN;
     // Tiles wholly in this warp's causal future, or wholly before its window, contribute nothing.
     const bool skip = key0 > warp_last || (window > 0 && key0 + kBN - 1 <= warp_first - window);
@@ -135,27 +112,43 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(AttentionParams p) {
       const bf16* tv = sv + buf * kBN * kLd;
       float s[kBN / 8][4];
 #pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      for (int nt = 0; nt < kBN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      // One ldmatrix gives the K fragments of two k-steps: matrices (keys of n-tile nt) x
+      // (dims 0-7, 8-15 of step 2*kk2, then of step 2*kk2+1).
+      const int mat = lane >> 3;
+      const bf16* krow = tk + (lane & 7) * kLd + (mat >> 1) * 16 + (mat & 1) * 8;
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          const bf16* kr = tk + (nt * 8 + g) * kLd + kk * 16 + c2;
-          Mma(s[nt], qf[kk], *reinterpret_cast<const uint32_t*>(kr),
-              *reinterpret_cast<const uint32_t*>(kr + 8));
+      for (int kk2 = 0; kk2 < D / 32; ++kk2) {
+#pragma unroll
+        for (int nt = 0; nt < kBN / 8; ++nt) {
+          uint32_t b[4];
+          LdMatrixX4(b, krow + nt * 8 * kLd + kk2 * 32);
+          Mma(s[nt], qf[2 * kk2], b[0], b[1]);
+          Mma(s[nt], qf[2 * kk2 + 1], b[2], b[3]);
         }
       }
+      // Masks only where a key of the tile can be out of reach of a row of this warp: the
+      // causal diagonal, the window's edge. Elsewhere, just the scale (in log2 units).
+      const bool need_mask =
+          key0 + kBN - 1 > warp_first || (window > 0 && key0 <= warp_last - window);
+      const bool capped = p.softcap > 0.0f;
       float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < kBN / 8; ++nt) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int j = key0 + nt * 8 + c2 + (i & 1);
-          const int qp = i < 2 ? qp0 : qp1;
-          float x = s[nt][i] * p.scale;
-          if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
-          x *= kLog2e;
-          const bool masked = j > qp || (window > 0 && j <= qp - window);
-          s[nt][i] = masked ? -INFINITY : x;
+          float x = s[nt][i];
+          if (capped) {
+            x = p.softcap * tanhf(x * p.scale / p.softcap) * kLog2e;
+          } else {
+            x *= scale_log2;
+          }
+          if (need_mask) {
+            const int j = key0 + nt * 8 + c2 + (i & 1);
+            const int qp = i < 2 ? qp0 : qp1;
+            if (j > qp || (window > 0 && j <= qp - window)) x = -INFINITY;
+          }
+          s[nt][i] = x;
         }
         mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
         mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
@@ -193,7 +186,6 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(AttentionParams p) {
                                PackBf16(s[2 * kk][2], s[2 * kk][3]),
                                PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        const int mat = lane >> 3;
         const bf16* vrow = tv + (kk * 16 + (mat & 1) * 8 + (lane & 7)) * kLd + (mat >> 1) * 8;
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
@@ -230,13 +222,12 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(AttentionParams p) {
 
 template <int D>
 cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
-  constexpr int kSmem = (kBM + 4 * kBN) * (D + 8) * static_cast<int>(sizeof(bf16));
+  constexpr int kSmem = 4 * kBN * (D + 8) * static_cast<int>(sizeof(bf16));
   static const cudaError_t attr =
       cudaFuncSetAttribute(PrefillKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.num_tiles));
-  PrefillKernel<D><<<grid, kThreads, kSmem, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(PrefillKernel<D>, grid, kThreads, kSmem, stream, p);
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
-// AttentionRows: one query token at a time (decode, and every token of f32 models). A CTA takes
+// AttentionRows: one query token at a time (decode, and every token of f32 models). bf16 with
+// head_dim 64 or 128 goes to the tensor-core kernel (attention_decode.cu); this one serves the
+// rest (f32, other head sizes) on the CUDA cores. A CTA takes
 // one token, one group of up to kGq query heads that share a KV head, and one split of the keys.
 // Groups of kLanes lanes read one key row each with 16-byte loads (kLanes * kVec elements cover
 // head_dim); each group keeps its own online-softmax state, merged through shared memory at the
@@ -7,7 +9,9 @@
 #include <cfloat>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_internal.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace dinfer::kernels::cuda {
 namespace {
@@ -23,6 +27,8 @@ __global__ void __launch_bounds__(kThreads) RowsKernel(AttentionParams p) {
   constexpr int kUnroll = kGq >= 4 ? 2 : 4;
   __shared__ float sm_m[kGroups][kGq], sm_l[kGroups][kGq];
   __shared__ float sm_acc[kGroups][kGq][kDimMax];
+  WaitForPrerequisites();
+  AllowDependents();
 
   const int64_t row = blockIdx.x;
   const int64_t t = p.row_tokens != nullptr ? p.row_tokens[row] : row;
@@ -39,8 +45,9 @@ __global__ void __launch_bounds__(kThreads) RowsKernel(AttentionParams p) {
   const bool active = d0 < D;
 
   const int64_t pos = p.positions[t];
-  const int32_t* table =
-      p.block_tables + static_cast<int64_t>(p.token_seq[t]) * p.max_blocks_per_seq;
+  const PagedRows paged(
+      p.block_tables + static_cast<int64_t>(p.token_seq[t]) * p.max_blocks_per_seq,
+      static_cast<int>(p.block_size));
   const int64_t lo = p.sliding_window > 0 ? max(int64_t{0}, pos - p.sliding_window + 1) : 0;
   const int64_t hi = pos + 1;
   const int64_t chunk = (hi - lo + p.num_splits - 1) / p.num_splits;
@@ -80,9 +87,7 @@ __global__ void __launch_bounds__(kThreads) RowsKernel(AttentionParams p) {
       const int64_t j = base + u * kGroups + g;
       valid[u] = j < s_hi;
       if (valid[u] && active) {
-        const int64_t slot =
-            static_cast<int64_t>(table[j / p.block_size]) * p.block_size + j % p.block_size;
-        const int64_t off = slot * kv_dim + kvh * D + d0;
+        const int64_t off = paged.Slot(static_cast<int>(j)) * kv_dim + kvh * D + d0;
         LoadVec(k_cache + off, kf[u]);
         LoadVec(v_cache + off, vf[u]);
       } else {
@@ -163,6 +168,8 @@ __global__ void __launch_bounds__(kThreads) RowsKernel(AttentionParams p) {
 // Merges the splits of one (row, head): weights L_s * exp(M_s - M).
 template <typename T>
 __global__ void MergeKernel(AttentionParams p) {
+  WaitForPrerequisites();
+  AllowDependents();
   const int64_t row = blockIdx.x, head = blockIdx.y;
   const int64_t t = p.row_tokens != nullptr ? p.row_tokens[row] : row;
   const int64_t base = (row * p.num_heads + head) * p.num_splits;
@@ -196,8 +203,7 @@ cudaError_t LaunchLanes(const AttentionParams& p, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(p.num_rows),
                     static_cast<unsigned>(p.num_kv_heads * chunks),
                     static_cast<unsigned>(p.num_splits));
-    kernel<<<grid, kThreads, 0, stream>>>(p);
-    return cudaGetLastError();
+    return LaunchDependent(kernel, grid, kThreads, 0, stream, p);
   };
   if (group == 1) return launch(RowsKernel<T, kLanes, 1>, 1);
   if (group == 2) return launch(RowsKernel<T, kLanes, 2>, 2);
@@ -234,7 +240,9 @@ int AttentionRows(const AttentionParams& p, void* stream) {
     constexpr int V = kVec<T>;
     if (p.head_dim % V != 0 || p.head_dim > 32 * V) return cudaErrorInvalidValue;
     cudaError_t e;
-    if (p.head_dim <= 4 * V) {
+    if (PrefillSupports(p.dtype, p.head_dim)) {
+      e = AttentionDecodeMma(p, s);
+    } else if (p.head_dim <= 4 * V) {
       e = LaunchLanes<T, 4>(p, s);
     } else if (p.head_dim <= 8 * V) {
       e = LaunchLanes<T, 8>(p, s);
@@ -245,8 +253,7 @@ int AttentionRows(const AttentionParams& p, void* stream) {
     }
     if (e != cudaSuccess || p.num_splits == 1) return e;
     const dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.num_heads));
-    MergeKernel<T><<<grid, 128, 0, s>>>(p);
-    return cudaGetLastError();
+    return LaunchDependent(MergeKernel<T>, grid, 128, 0, s, p);
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "tensor/dtype.h"
 
@@ -99,6 +100,38 @@ __device__ __forceinline__ float BlockSum(float v) {
   }
   __syncthreads();
   return total;
+}
+
+// Programmatic dependent launch (sm_90): a kernel launched with the programmatic serialization
+// attribute may start before the kernel ahead of it in the stream has finished; it must call
+// WaitForPrerequisites before it reads that kernel's outputs or writes what it reads. Without
+// the attribute, the wait returns at once. AllowDependents lets such a dependent start launching
+// while this kernel still runs (its wait still covers all of this kernel's writes).
+__device__ __forceinline__ void WaitForPrerequisites() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void AllowDependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the
+// work before it in the stream: its CTAs may be scheduled while that work finishes, so every
+// kernel launched this way calls WaitForPrerequisites before it touches global memory. Decode
+// steps are chains of short kernels; this hides their launch latency, graphs included.
+template <typename... Params, typename... Args>
+cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                            cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 // Calls f(T{}) with T the element type of `dtype` (f32 or bf16).

@@ -7,6 +7,8 @@ namespace {
 template <typename T>
 __global__ void EmbeddingKernel(EmbeddingParams p) {
   constexpr int V = kVec<T>;
+  WaitForPrerequisites();
+  AllowDependents();
   const int64_t t = blockIdx.x;
   const T* row = static_cast<const T*>(p.table) + static_cast<int64_t>(p.ids[t]) * p.dim;
   float* out = p.out + t * p.dim;
@@ -23,6 +25,8 @@ constexpr int kNormThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(RmsNormParams p) {
   constexpr int V = kVec<T>;
+  WaitForPrerequisites();
+  AllowDependents();  // the GEMV after a norm streams its weights in meanwhile
   const int64_t r = blockIdx.x;
   const int64_t i_row = p.rows_index != nullptr ? p.rows_index[r] : r;
   float* x = p.residual + i_row * p.dim;
@@ -81,6 +85,8 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(RmsNormParams p) {
 template <typename T>
 __global__ void SiluMulKernel(SiluMulParams p) {
   constexpr int V = kVec<T>;
+  WaitForPrerequisites();
+  AllowDependents();
   const int64_t in_stride = p.in_stride ? p.in_stride : p.dim;
   const int64_t out_stride = p.out_stride ? p.out_stride : p.dim;
   const int64_t per_row = p.dim / V;
@@ -128,9 +134,8 @@ int Embedding(const EmbeddingParams& p, void* stream) {
   return DispatchFloat(p.dtype, [&](auto t) {
     using T = decltype(t);
     if (p.dim % kVec<T> != 0) return cudaErrorInvalidValue;
-    EmbeddingKernel<T>
-        <<<static_cast<unsigned>(p.num_tokens), 128, 0, static_cast<cudaStream_t>(stream)>>>(p);
-    return cudaGetLastError();
+    return LaunchDependent(EmbeddingKernel<T>, static_cast<unsigned>(p.num_tokens), 128, 0,
+                           static_cast<cudaStream_t>(stream), p);
   });
 }
 
@@ -139,9 +144,8 @@ int RmsNorm(const RmsNormParams& p, void* stream) {
   return DispatchFloat(p.dtype, [&](auto t) {
     using T = decltype(t);
     if (p.dim % kVec<T> != 0 || p.dim > 4 * kNormThreads * kVec<T>) return cudaErrorInvalidValue;
-    RmsNormKernel<T>
-        <<<static_cast<unsigned>(p.rows), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
-    return cudaGetLastError();
+    return LaunchDependent(RmsNormKernel<T>, static_cast<unsigned>(p.rows), kNormThreads, 0,
+                           static_cast<cudaStream_t>(stream), p);
   });
 }
 
@@ -151,9 +155,8 @@ int SiluMul(const SiluMulParams& p, void* stream) {
     using T = decltype(t);
     if (p.dim % kVec<T> != 0) return cudaErrorInvalidValue;
     const int threads = 256;
-    SiluMulKernel<T><<<GridFor(p.rows * p.dim / kVec<T>, threads), threads, 0,
-                       static_cast<cudaStream_t>(stream)>>>(p);
-    return cudaGetLastError();
+    return LaunchDependent(SiluMulKernel<T>, GridFor(p.rows * p.dim / kVec<T>, threads), threads, 0,
+                           static_cast<cudaStream_t>(stream), p);
   });
 }
 

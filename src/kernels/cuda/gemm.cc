@@ -112,7 +112,8 @@ Status GemmRunner::Run(const GemmParams& p, void* stream, GemmImpl impl) {
       (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16)) {
     return Unimplemented("GEMM of {} -> {}", DTypeName(p.in_dtype), DTypeName(p.out_dtype));
   }
-  const bool gemv = impl == GemmImpl::kGemv || (impl == GemmImpl::kAuto && GemvSupports(p));
+  const bool gemv = impl == GemmImpl::kGemv ||
+                    (impl == GemmImpl::kAuto && p.m <= kGemvAutoMaxRows && GemvSupports(p));
   if (gemv) {
     if (!GemvSupports(p)) return InvalidArgument("GEMV does not take m={} k={}", p.m, p.k);
     const int e = Gemv(p, stream);

@@ -29,8 +29,17 @@ enum class GemmImpl { kAuto, kCublasLt, kGemv };
 
 // The GEMV kernel on its own: bf16 x and w, m <= kGemvMaxRows, k a multiple of 8.
 inline constexpr int64_t kGemvMaxRows = 8;
+// GemmImpl::kAuto takes the GEMV for up to this many rows; beyond, cuBLASLt reads the weights as
+// fast and the activations' reuse favours its tiles (measured on H200, bench/gpu).
+inline constexpr int64_t kGemvAutoMaxRows = 2;
 bool GemvSupports(const GemmParams& p);
-int Gemv(const GemmParams& p, void* stream);
+// Columns per group of warps, 16-byte loads in flight per lane and column, and warps splitting k.
+// cols == 0 (the default): chosen by shape, {2, 4, 4} up to 8192 columns, else {2, 4, 1}. For
+// m == 1 these and {2, 4, 2}, {1, 8, 4} can be asked for (bench/gpu measures them).
+struct GemvTiling {
+  int cols = 0, unroll = 4, split = 4;
+};
+int Gemv(const GemmParams& p, void* stream, GemvTiling tiling = {});
 
 class GemmRunner {
  public:

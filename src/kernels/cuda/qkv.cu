@@ -7,21 +7,17 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kMaxHeadDim = 256;
 
-// One warp per head: q heads first, then k heads (each k-head warp also copies its v head).
+// One head of one token: bias, optional per-head norm, rotation, and the write to q (in place)
+// or to the K/V cache. x is the warp's shared-memory row; cos_t/sin_t the token's angles.
 template <typename T>
-__global__ void __launch_bounds__(kWarps * 32) QkvKernel(QkvParams p) {
-  __shared__ float buf[kWarps][kMaxHeadDim];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t t = blockIdx.x;
-  const int64_t head = static_cast<int64_t>(blockIdx.y) * kWarps + warp;
-  if (head >= p.num_heads + p.num_kv_heads) return;
+__device__ void OneHead(const QkvParams& p, int64_t t, int64_t head, float* x, const float* cos_t,
+                        const float* sin_t) {
+  const int lane = threadIdx.x & 31;
   const bool is_q = head < p.num_heads;
-  const int64_t d_len = p.head_dim;
+  const int64_t d_len = p.head_dim, half = p.rotary_dim / 2;
   const int64_t q_dim = p.num_heads * d_len, kv_dim = p.num_kv_heads * d_len;
   const int64_t col = head * d_len;  // column of this head in the qkv row (k follows q)
   T* row = static_cast<T*>(p.qkv) + t * p.qkv_stride;
-  float* x = buf[warp];
-
   for (int64_t d = lane; d < d_len; d += 32) {
     float v = ToFloat(row[col + d]);
     if (p.bias != nullptr) v += p.bias[col + d];
@@ -35,13 +31,10 @@ __global__ void __launch_bounds__(kWarps * 32) QkvKernel(QkvParams p) {
     for (int64_t d = lane; d < d_len; d += 32) x[d] = x[d] * inv * norm[d];
   }
   __syncwarp();
-  const float pos = static_cast<float>(p.positions[t]);
-  const int64_t half = p.rotary_dim / 2;
-  float rotated[kMaxHeadDim / 32];
-#pragma unroll
-  for (int k = 0; k < kMaxHeadDim / 32; ++k) {
-    const int64_t d = lane + 32 * k;
-    if (d >= d_len) break;
+  // Reads come from shared memory, so q can be written back in place at once.
+  const int64_t slot = p.slot_mapping[t];
+  T* dst = is_q ? row + col : static_cast<T*>(p.k_cache) + slot * kv_dim + (col - q_dim);
+  for (int64_t d = lane; d < d_len; d += 32) {
     float v = x[d];
     if (d < p.rotary_dim) {
       // Pair (a, b) with a the first element: interleaved (2i, 2i+1), else (i, i + half).
@@ -49,21 +42,10 @@ __global__ void __launch_bounds__(kWarps * 32) QkvKernel(QkvParams p) {
       const bool first = p.interleaved ? (d % 2 == 0) : (d < half);
       const int64_t partner =
           p.interleaved ? (first ? d + 1 : d - 1) : (first ? d + half : d - half);
-      float s, c;
-      sincosf(pos * p.inv_freq[i], &s, &c);
-      c *= p.attention_scaling;
-      s *= p.attention_scaling;
+      const float c = cos_t[i], s = sin_t[i];
       v = first ? v * c - x[partner] * s : v * c + x[partner] * s;
     }
-    rotated[k] = v;
-  }
-  const int64_t slot = p.slot_mapping[t];
-  T* dst = is_q ? row + col : static_cast<T*>(p.k_cache) + slot * kv_dim + (col - q_dim);
-#pragma unroll
-  for (int k = 0; k < kMaxHeadDim / 32; ++k) {
-    const int64_t d = lane + 32 * k;
-    if (d >= d_len) break;
-    dst[d] = FromFloat<T>(rotated[k]);
+    dst[d] = FromFloat<T>(v);
   }
   if (!is_q) {
     const int64_t v_col = q_dim + kv_dim + (col - q_dim);
@@ -74,6 +56,29 @@ __global__ void __launch_bounds__(kWarps * 32) QkvKernel(QkvParams p) {
       v_dst[d] = FromFloat<T>(v);
     }
   }
+}
+
+// One token a CTA (measured faster than CTAs looping over tokens), one warp per head: q heads
+// first, then k heads, whose warps also copy v; kWarps heads a CTA.
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32) QkvKernel(QkvParams p) {
+  __shared__ float buf[kWarps][kMaxHeadDim];
+  __shared__ float cos_t[kMaxHeadDim / 2], sin_t[kMaxHeadDim / 2];
+  WaitForPrerequisites();
+  AllowDependents();
+  const int64_t t = blockIdx.x;
+  const int warp = threadIdx.x >> 5;
+  const int64_t head = static_cast<int64_t>(blockIdx.y) * kWarps + warp;
+  // The token's rotation angles, once for all the heads of the CTA.
+  const float pos = static_cast<float>(p.positions[t]);
+  for (int64_t i = threadIdx.x; i < p.rotary_dim / 2; i += blockDim.x) {
+    float sn, cs;
+    sincosf(pos * p.inv_freq[i], &sn, &cs);
+    cos_t[i] = cs * p.attention_scaling;
+    sin_t[i] = sn * p.attention_scaling;
+  }
+  __syncthreads();
+  if (head < p.num_heads + p.num_kv_heads) OneHead<T>(p, t, head, buf[warp], cos_t, sin_t);
 }
 
 }  // namespace
@@ -87,8 +92,8 @@ int QkvRopeKvWrite(const QkvParams& p, void* stream) {
   const dim3 grid(static_cast<unsigned>(p.num_tokens), (heads + kWarps - 1) / kWarps);
   return DispatchFloat(p.dtype, [&](auto t) {
     using T = decltype(t);
-    QkvKernel<T><<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
-    return cudaGetLastError();
+    return LaunchDependent(QkvKernel<T>, grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream),
+                           p);
   });
 }
 

@@ -13,6 +13,8 @@ __device__ __forceinline__ bool Better(float v, int32_t i, float bv, int32_t bi)
 
 __global__ void __launch_bounds__(kThreads)
     ArgmaxKernel(const float* logits, int64_t vocab, int64_t stride, int32_t* tokens) {
+  WaitForPrerequisites();
+  AllowDependents();
   const float* row = logits + blockIdx.x * stride;
   float best = -INFINITY;
   int32_t best_i = INT32_MAX;
@@ -61,9 +63,8 @@ __global__ void __launch_bounds__(kThreads)
 int ArgmaxRows(const float* logits, int64_t rows, int64_t vocab, int64_t stride, int32_t* tokens,
                void* stream) {
   if (rows == 0) return 0;
-  ArgmaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      logits, vocab, stride, tokens);
-  return cudaGetLastError();
+  return LaunchDependent(ArgmaxKernel, static_cast<unsigned>(rows), kThreads, 0,
+                         static_cast<cudaStream_t>(stream), logits, vocab, stride, tokens);
 }
 
 }  // namespace dinfer::kernels::cuda

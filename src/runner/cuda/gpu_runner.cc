@@ -52,8 +52,9 @@ StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuDecode
   const int64_t max_logits = std::max(o.max_logits_rows, max_seqs);
   DINFER_RETURN_IF_ERROR(
       r->model_->Reserve(max_tokens, max_logits, c.num_heads * 4 * r->device_.multiprocessors));
-  const Layout cap = r->LayoutFor(max_tokens, max_seqs, max_tokens,
-                                  max_tokens / kc::kPrefillTileTokens + max_seqs, max_logits);
+  const Layout cap =
+      r->LayoutFor(max_tokens, max_seqs, max_tokens, max_tokens / kc::kPrefillTileTokens + max_seqs,
+                   max_logits, r->width_);
   for (int i = 0; i < 2; ++i) {
     DINFER_ASSIGN_OR_RETURN(r->stage_[i], cuda::PinnedBuffer::Allocate(cap.total));
     DINFER_ASSIGN_OR_RETURN(r->stage_free_[i], cuda::Event::Create());
@@ -81,7 +82,7 @@ int64_t GpuRunner::Bucket(int64_t n) const {
 }
 
 GpuRunner::Layout GpuRunner::LayoutFor(int64_t tokens, int64_t seqs, int64_t rows, int64_t tiles,
-                                       int64_t logits) const {
+                                       int64_t logits, int64_t width) const {
   Layout l{};
   size_t at = 0;
   auto take = [&](size_t bytes) {
@@ -95,7 +96,7 @@ GpuRunner::Layout GpuRunner::LayoutFor(int64_t tokens, int64_t seqs, int64_t row
   l.token_seq = take(n * 4);
   l.slots = take(n * 8);
   l.seq_end = take(static_cast<size_t>(seqs) * 4);
-  l.tables = take(static_cast<size_t>(seqs * width_) * 4);
+  l.tables = take(static_cast<size_t>(seqs * width) * 4);
   l.logits_rows = take(static_cast<size_t>(logits) * 4);
   l.row_tokens = take(static_cast<size_t>(rows) * 4);
   l.tile_seq = take(static_cast<size_t>(tiles) * 4);
@@ -104,8 +105,8 @@ GpuRunner::Layout GpuRunner::LayoutFor(int64_t tokens, int64_t seqs, int64_t row
   return l;
 }
 
-StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_to, bool use_tiles,
-                                  size_t* bytes) {
+StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_to, int64_t width,
+                                  bool use_tiles, size_t* bytes) {
   const int64_t bs = options_.block_size;
   const int64_t vocab = model_->config().vocab_size;
   const int64_t real_seqs = static_cast<int64_t>(chunks.size());
@@ -128,7 +129,7 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
         "runner's limits ({}, {}, {})",
         tokens, seqs, logits, options_.max_num_tokens, options_.max_num_seqs, model_->max_logits());
   }
-  const Layout l = LayoutFor(tokens, seqs, rows, tiles, logits);
+  const Layout l = LayoutFor(tokens, seqs, rows, tiles, logits, width);
   DINFER_RETURN_IF_ERROR(stage_free_[stage_index_].Synchronize());
   char* h = static_cast<char*>(stage_[stage_index_].data());
   auto* tok = reinterpret_cast<int32_t*>(h + l.tokens);
@@ -144,9 +145,9 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
 
   int64_t t = 0, nl = 0, nr = 0, nt = 0, max_keys = 1;
   for (int64_t s = 0; s < seqs; ++s) {
-    int32_t* table = tables + s * width_;
+    int32_t* table = tables + s * width;
     if (s >= real_seqs) {  // padding: one token at position 0 of the sink block
-      std::fill(table, table + width_, static_cast<int32_t>(sink_block_));
+      std::fill(table, table + width, static_cast<int32_t>(sink_block_));
       tok[t] = 0;
       pos[t] = 0;
       seq[t] = static_cast<int32_t>(s);
@@ -160,20 +161,20 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
     const auto len = static_cast<int64_t>(c.tokens.size());
     const int64_t end = c.start_pos + len;
     const int64_t need = (end + bs - 1) / bs;
-    if (need > width_ || need > static_cast<int64_t>(c.block_table.size())) {
+    if (need > width || need > static_cast<int64_t>(c.block_table.size())) {
       return InvalidArgument(
           "sequence {} needs {} positions: past its block table or the GPU "
           "runner's max_seq_len {}",
           s, end, options_.max_seq_len);
     }
-    const int64_t copy = std::min<int64_t>(width_, static_cast<int64_t>(c.block_table.size()));
+    const int64_t copy = std::min<int64_t>(width, static_cast<int64_t>(c.block_table.size()));
     for (int64_t b = 0; b < copy; ++b) {
       const int32_t id = c.block_table[b];
       if (id < 0 || id >= options_.num_blocks)
         return InvalidArgument("block id {} out of range", id);
       table[b] = id;
     }
-    std::fill(table + copy, table + width_, static_cast<int32_t>(sink_block_));
+    std::fill(table + copy, table + width, static_cast<int32_t>(sink_block_));
     for (int64_t i = 0; i < len; ++i) {
       const int32_t id = c.tokens[i];
       if (id < 0 || id >= vocab) {
@@ -228,15 +229,16 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
   step.slots = reinterpret_cast<const int64_t*>(d + l.slots);
   step.seq_token_end = reinterpret_cast<const int32_t*>(d + l.seq_end);
   step.block_tables = reinterpret_cast<const int32_t*>(d + l.tables);
-  step.max_blocks_per_seq = width_;
+  step.max_blocks_per_seq = width;
   step.logits_rows = reinterpret_cast<const int32_t*>(d + l.logits_rows);
   step.num_logits = logits;
   step.row_tokens = reinterpret_cast<const int32_t*>(d + l.row_tokens);
   step.num_rows = rows;
-  // Graph buckets are replayed at any context length: plan their splits for the longest.
-  step.num_splits = kc::ChooseAttentionSplits(rows, mc.num_heads, mc.num_kv_heads,
-                                              pad_to > 0 ? options_.max_seq_len : max_keys,
-                                              device_.multiprocessors);
+  // Graph steps are replayed while sequences grow: plan their splits for the longest context
+  // the block tables can hold.
+  step.num_splits =
+      kc::ChooseAttentionSplits(rows, mc.num_heads, mc.num_kv_heads,
+                                pad_to > 0 ? width * bs : max_keys, device_.multiprocessors);
   step.tile_seq = reinterpret_cast<const int32_t*>(d + l.tile_seq);
   step.tile_token = reinterpret_cast<const int32_t*>(d + l.tile_token);
   step.num_tiles = tiles;
@@ -255,10 +257,21 @@ Status GpuRunner::Launch(std::span<const SeqChunk> chunks, const LaunchOptions& 
   const auto n = static_cast<int64_t>(chunks.size());
   const bool graph = options_.cuda_graphs && one_token && n <= options_.max_num_seqs;
   const int64_t pad_to = graph ? Bucket(n) : 0;
+  // Block tables as wide as the longest sequence needs, rounded up to a power of two so that
+  // decode graphs are few and replayed while sequences grow.
+  int64_t need = 1;
+  for (const SeqChunk& ch : chunks) {
+    const int64_t end = ch.start_pos + static_cast<int64_t>(ch.tokens.size());
+    need = std::max(need, (end + options_.block_size - 1) / options_.block_size);
+  }
+  int64_t width = 16;
+  while (width < need) width *= 2;
+  width = std::min(width, width_);
   const ModelConfig& c = model_->config();
   size_t bytes = 0;
   DINFER_ASSIGN_OR_RETURN(
-      GpuStep step, Plan(chunks, pad_to, kc::PrefillSupports(model_->dtype(), c.head_dim), &bytes));
+      GpuStep step,
+      Plan(chunks, pad_to, width, kc::PrefillSupports(model_->dtype(), c.head_dim), &bytes));
   DINFER_RETURN_IF_ERROR(
       cuda::CopyToDeviceAsync(plan_.data(), stage_[stage_index_].data(), bytes, stream_));
   DINFER_RETURN_IF_ERROR(stage_free_[stage_index_].Record(stream_));
@@ -279,7 +292,8 @@ Status GpuRunner::Launch(std::span<const SeqChunk> chunks, const LaunchOptions& 
         kc::ArgmaxRows(logits, step.num_logits, c.vocab_size, c.vocab_size, greedy, stream_.get()),
         "argmax");
   };
-  auto it = graph ? graphs_.find(pad_to) : graphs_.end();
+  const std::pair<int64_t, int64_t> key(pad_to, width);
+  auto it = graph ? graphs_.find(key) : graphs_.end();
   if (graph && it != graphs_.end()) {
     DINFER_RETURN_IF_ERROR(it->second.Launch(stream_));
   } else {
@@ -292,7 +306,7 @@ Status GpuRunner::Launch(std::span<const SeqChunk> chunks, const LaunchOptions& 
       auto g = cuda::Graph::EndCapture(stream_);
       DINFER_RETURN_IF_ERROR(captured);
       if (!g.ok()) return g.status();
-      graphs_.emplace(pad_to, std::move(*g));
+      graphs_.emplace(key, std::move(*g));
     }
   }
   last_rows_ = step.num_logits - (pad_to > 0 ? pad_to - n : 0);

@@ -63,17 +63,19 @@ class GpuRunner {
         tile_token, total;
   };
   GpuRunner() = default;
-  Layout LayoutFor(int64_t tokens, int64_t seqs, int64_t rows, int64_t tiles, int64_t logits) const;
-  // Fills the staging buffer; pad_to > chunks pads with one-token sequences on the sink block.
-  StatusOr<GpuStep> Plan(std::span<const SeqChunk> chunks, int64_t pad_to, bool use_tiles,
-                         size_t* bytes);
+  Layout LayoutFor(int64_t tokens, int64_t seqs, int64_t rows, int64_t tiles, int64_t logits,
+                   int64_t width) const;
+  // Fills the staging buffer with block tables of `width` entries; pad_to > chunks pads with
+  // one-token sequences on the sink block.
+  StatusOr<GpuStep> Plan(std::span<const SeqChunk> chunks, int64_t pad_to, int64_t width,
+                         bool use_tiles, size_t* bytes);
   int64_t Bucket(int64_t n) const;
 
   std::unique_ptr<GpuDecoder> model_;
   GpuRunnerOptions options_;
   cuda::DeviceInfo device_;
   cuda::Stream stream_;
-  int64_t width_ = 0;       // block table entries per sequence
+  int64_t width_ = 0;       // block table entries per sequence at most
   int64_t sink_block_ = 0;  // the block padded sequences write to (one past the caller's)
   cuda::DeviceBuffer kv_memory_;
   GpuKvCache kv_;
@@ -84,7 +86,7 @@ class GpuRunner {
   cuda::DeviceBuffer logits_, greedy_;
   cuda::PinnedBuffer logits_host_, greedy_host_;
   cuda::Event done_;
-  std::map<int64_t, cuda::Graph> graphs_;
+  std::map<std::pair<int64_t, int64_t>, cuda::Graph> graphs_;  // by (batch, table width)
   int64_t last_rows_ = 0;
   bool last_greedy_ = false;
   std::vector<int32_t> tile_order_;
