@@ -69,7 +69,8 @@ StatusOr<boost::json::object> KernelBench(const cuda::Stream& stream, const Limi
                                           int multiprocessors, const std::string& only);
 struct ModelBenchOptions {
   std::string config_path;
-  bool throughput = true;  // the 1,000 / 1,000 at 256 concurrent run (the longest part)
+  bool throughput = true;    // the 1,000 / 1,000 at 256 concurrent run (the longest part)
+  bool decode_only = false;  // 16 batch-1 decode steps and nothing else (for a profiler)
 };
 StatusOr<boost::json::object> ModelBench(const ModelBenchOptions& options, const Limits& limits);
 

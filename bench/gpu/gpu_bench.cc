@@ -1,7 +1,7 @@
 // dinfer_gpu_bench: GPU benchmarks for scripts/gpu. Modes:
 //   dinfer_gpu_bench kernels OUT.json [SECTION] device limits and each kernel's speed (SECTION:
 //                                              gemm, attention or elementwise only)
-//   dinfer_gpu_bench model CONFIG OUT.json [--no-throughput]
+//   dinfer_gpu_bench model CONFIG OUT.json [--no-throughput | --decode-only]
 //                                              a random-weight model of CONFIG's shape: batch-1
 //                                              decode, prefill, idle gaps, 1,000/1,000 at 256
 // Every figure is a median of event-timed runs on random data; limits are measured in the run.
@@ -61,7 +61,8 @@ Status WriteJson(const std::string& path, const boost::json::object& o) {
 Status Main(int argc, char** argv) {
   if (argc < 3) {
     return InvalidArgument(
-        "usage: dinfer_gpu_bench kernels OUT.json | model CONFIG OUT.json [--no-throughput]");
+        "usage: dinfer_gpu_bench kernels OUT.json [SECTION] | model CONFIG OUT.json "
+        "[--no-throughput | --decode-only]");
   }
   if (cuda::DeviceCount() == 0) return MakeError(StatusCode::kFailedPrecondition, "no CUDA device");
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::GetDeviceInfo(0));
@@ -85,6 +86,7 @@ Status Main(int argc, char** argv) {
     path = argv[3];
     for (int i = 4; i < argc; ++i) {
       if (std::strcmp(argv[i], "--no-throughput") == 0) o.throughput = false;
+      if (std::strcmp(argv[i], "--decode-only") == 0) o.decode_only = true;
     }
     DINFER_ASSIGN_OR_RETURN(out["model"], ModelBench(o, limits));
   } else {

@@ -117,7 +117,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
     DINFER_RETURN_IF_ERROR(Prefill(r, s, ro.max_num_tokens));
     int64_t pos = 128;
     for (int i = 0; i < 16; ++i) DINFER_RETURN_IF_ERROR(DecodeStep(r, s, pos++, i > 0));
-    constexpr int kSteps = 256;
+    const int kSteps = o.decode_only ? 16 : 256;
     DINFER_ASSIGN_OR_RETURN(cuda::Event start, cuda::Event::Create(true));
     DINFER_ASSIGN_OR_RETURN(cuda::Event end, cuda::Event::Create(true));
     DINFER_RETURN_IF_ERROR(start.Record(stream));
@@ -137,6 +137,8 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
     std::printf("decode b1: %.3f ms/step (%.1f tok/s), roofline %.3f ms: fraction %.3f\n", step_ms,
                 1000.0 / step_ms, floor_ms, floor_ms / step_ms);
   }
+
+  if (o.decode_only) return out;
 
   {  // Prefill, 8 × 2,048 tokens in one step.
     Seqs s = MakeSeqs(8, 2048, c.vocab_size, 2);
