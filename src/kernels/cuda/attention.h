@@ -52,7 +52,7 @@ struct AttentionParams {
 inline constexpr int kPrefillTileTokens = 64;
 
 int AttentionRows(const AttentionParams& p, void* stream);
-// Key splits for AttentionRows: enough CTAs to fill the device twice over, at least 64 keys a
+// Key splits for AttentionRows: enough CTAs to fill the device twice over, at least 512 keys a
 // split, at most kMaxAttentionSplits.
 inline constexpr int64_t kMaxAttentionSplits = 32;
 int64_t ChooseAttentionSplits(int64_t num_rows, int64_t num_heads, int64_t num_kv_heads,

@@ -224,7 +224,8 @@ int64_t ChooseAttentionSplits(int64_t num_rows, int64_t num_heads, int64_t num_k
                               int64_t max_keys, int multiprocessors) {
   const int64_t ctas = std::max<int64_t>(1, num_rows * CtasPerRow(num_heads, num_kv_heads));
   const int64_t want = (2 * multiprocessors + ctas - 1) / ctas;
-  const int64_t by_keys = std::max<int64_t>(1, max_keys / 64);
+  // Short contexts are not split: a merge kernel costs more than the keys it would spread.
+  const int64_t by_keys = std::max<int64_t>(1, max_keys / 512);
   return std::clamp<int64_t>(std::min(want, by_keys), 1, kMaxSplits);
 }
 

@@ -25,6 +25,24 @@ constexpr int kNormThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(RmsNormParams p) {
   constexpr int V = kVec<T>;
+  // Rows of up to kNormThreads * V * kMaxChunks elements stay in registers between the passes.
+  constexpr int kMaxChunks = 4;
+  // The norm's weights do not depend on the kernel before: they are read while it finishes.
+  float wts[kMaxChunks][V];
+#pragma unroll
+  for (int c = 0; c < kMaxChunks; ++c) {
+    const int64_t i = (static_cast<int64_t>(c) * kNormThreads + threadIdx.x) * V;
+    if (i < p.dim) {
+#pragma unroll
+      for (int j = 0; j < V; j += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(p.weight + i + j);
+        wts[c][j] = f.x + p.weight_offset;
+        wts[c][j + 1] = f.y + p.weight_offset;
+        wts[c][j + 2] = f.z + p.weight_offset;
+        wts[c][j + 3] = f.w + p.weight_offset;
+      }
+    }
+  }
   WaitForPrerequisites();
   AllowDependents();  // the GEMV after a norm streams its weights in meanwhile
   const int64_t r = blockIdx.x;
@@ -32,8 +50,6 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(RmsNormParams p) {
   float* x = p.residual + i_row * p.dim;
   const T* add = p.add != nullptr ? static_cast<const T*>(p.add) + i_row * p.dim : nullptr;
   T* out = static_cast<T*>(p.out) + r * p.dim;
-  // Rows of up to kNormThreads * V * kMaxChunks elements stay in registers between the passes.
-  constexpr int kMaxChunks = 4;
   float vals[kMaxChunks][V];
   float ss = 0.0f;
 #pragma unroll
@@ -76,7 +92,7 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(RmsNormParams p) {
     if (i < p.dim) {
       float o[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) o[j] = (vals[c][j] * inv) * (p.weight[i + j] + p.weight_offset);
+      for (int j = 0; j < V; ++j) o[j] = (vals[c][j] * inv) * wts[c][j];
       StoreVec(out + i, o);
     }
   }

@@ -7,22 +7,30 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kMaxHeadDim = 256;
 
-// One head of one token: bias, optional per-head norm, rotation, and the write to q (in place)
-// or to the K/V cache. x is the warp's shared-memory row; cos_t/sin_t the token's angles.
+// Loads one head of one token, with its bias, into x (the warp's shared-memory row).
 template <typename T>
-__device__ void OneHead(const QkvParams& p, int64_t t, int64_t head, float* x, const float* cos_t,
-                        const float* sin_t) {
+__device__ void LoadHead(const QkvParams& p, int64_t t, int64_t head, float* x) {
   const int lane = threadIdx.x & 31;
-  const bool is_q = head < p.num_heads;
-  const int64_t d_len = p.head_dim, half = p.rotary_dim / 2;
-  const int64_t q_dim = p.num_heads * d_len, kv_dim = p.num_kv_heads * d_len;
-  const int64_t col = head * d_len;  // column of this head in the qkv row (k follows q)
-  T* row = static_cast<T*>(p.qkv) + t * p.qkv_stride;
-  for (int64_t d = lane; d < d_len; d += 32) {
+  const int64_t col = head * p.head_dim;  // column of this head in the qkv row (k follows q)
+  const T* row = static_cast<const T*>(p.qkv) + t * p.qkv_stride;
+  for (int64_t d = lane; d < p.head_dim; d += 32) {
     float v = ToFloat(row[col + d]);
     if (p.bias != nullptr) v += p.bias[col + d];
     x[d] = v;
   }
+}
+
+// Then: optional per-head norm, rotation, and the write to q (in place) or to the K/V cache;
+// cos_t/sin_t are the token's angles.
+template <typename T>
+__device__ void FinishHead(const QkvParams& p, int64_t t, int64_t head, float* x,
+                           const float* cos_t, const float* sin_t) {
+  const int lane = threadIdx.x & 31;
+  const bool is_q = head < p.num_heads;
+  const int64_t d_len = p.head_dim, half = p.rotary_dim / 2;
+  const int64_t q_dim = p.num_heads * d_len, kv_dim = p.num_kv_heads * d_len;
+  const int64_t col = head * d_len;
+  T* row = static_cast<T*>(p.qkv) + t * p.qkv_stride;
   const float* norm = is_q ? p.q_norm : p.k_norm;
   if (norm != nullptr) {
     float ss = 0.0f;
@@ -77,8 +85,10 @@ __global__ void __launch_bounds__(kWarps * 32) QkvKernel(QkvParams p) {
     cos_t[i] = cs * p.attention_scaling;
     sin_t[i] = sn * p.attention_scaling;
   }
+  const bool valid = head < p.num_heads + p.num_kv_heads;
+  if (valid) LoadHead<T>(p, t, head, buf[warp]);  // in flight with the angles
   __syncthreads();
-  if (head < p.num_heads + p.num_kv_heads) OneHead<T>(p, t, head, buf[warp], cos_t, sin_t);
+  if (valid) FinishHead<T>(p, t, head, buf[warp], cos_t, sin_t);
 }
 
 }  // namespace
