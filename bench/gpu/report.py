@@ -20,11 +20,14 @@ def load(path):
 def main():
     outdir, dest = sys.argv[1], sys.argv[2]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = os.environ.get("DINFER_COMMIT", "unknown")
+    # DINFER_COMMIT first: a copy of the tree may sit inside another checkout.
+    commit = os.environ.get("DINFER_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
+                                    text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = "unknown"
     res = {"what": "dinfer on one GPU: CUDA tests, kernel speeds, a random-weight model of "
                    "Llama-3.1-8B's shape (bf16) side by side with HF transformers",
            "rerun": "scripts/gpu OUTDIR (on the GPU machine; see scripts/gpu)",
