@@ -73,6 +73,7 @@ Status Main(int argc, char** argv) {
   boost::json::object out;
   out["device"] = info.name;
   out["multiprocessors"] = info.multiprocessors;
+  out["memory_bytes"] = info.total_memory;
   out["limits"] = limits.ToJson();
   const std::string mode = argv[1];
   std::string path;

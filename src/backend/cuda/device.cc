@@ -10,8 +10,6 @@ Status CudaStatus(int error, std::string_view what) {
   return Internal("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-Status LastLaunchStatus(std::string_view kernel) { return CudaStatus(cudaGetLastError(), kernel); }
-
 int DeviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -31,21 +29,13 @@ StatusOr<DeviceInfo> GetDeviceInfo(int device) {
   info.sm_minor = prop.minor;
   info.multiprocessors = prop.multiProcessorCount;
   info.total_memory = prop.totalGlobalMem;
-  info.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
-  info.max_shared_per_block = prop.sharedMemPerBlockOptin;
   return info;
 }
-
-Status SetDevice(int device) { return CudaStatus(cudaSetDevice(device), "cudaSetDevice"); }
 
 StatusOr<int> CurrentDevice() {
   int device = 0;
   DINFER_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
   return device;
-}
-
-Status MemoryInfo(size_t* free_bytes, size_t* total_bytes) {
-  return CudaStatus(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
 }
 
 Status Synchronize() { return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }

@@ -17,23 +17,16 @@ struct DeviceInfo {
   int sm_major = 0, sm_minor = 0;
   int multiprocessors = 0;
   size_t total_memory = 0;
-  size_t l2_bytes = 0;
-  size_t max_shared_per_block = 0;  // with the opt-in for large dynamic shared memory
 };
 
 // Number of visible CUDA devices; 0 when there is no driver or no GPU (never an error).
 int DeviceCount();
 StatusOr<DeviceInfo> GetDeviceInfo(int device);
-Status SetDevice(int device);
 StatusOr<int> CurrentDevice();
-// Free and total memory of the current device.
-Status MemoryInfo(size_t* free_bytes, size_t* total_bytes);
 
 // A cudaError_t value (passed as int so that callers need no CUDA headers) as a Status naming
 // `what`; OkStatus for cudaSuccess.
 Status CudaStatus(int error, std::string_view what);
-// The error of the last kernel launch on this thread, cleared.
-Status LastLaunchStatus(std::string_view kernel);
 
 Status Synchronize();
 

@@ -102,8 +102,4 @@ Status CopyOnDeviceAsync(void* dst, const void* src, size_t bytes, const Stream&
                     "async copy on device");
 }
 
-Status FillZeroAsync(void* dst, size_t bytes, const Stream& stream) {
-  return CudaStatus(cudaMemsetAsync(dst, 0, bytes, stream.get()), "cudaMemsetAsync");
-}
-
 }  // namespace dinfer::cuda

@@ -2,8 +2,8 @@
 // synchronous and stream-ordered copies.
 // DeviceBuffer: one cudaMalloc allocation (weights, KV cache, arenas: long-lived, so the CUDA
 // allocator's cost is paid once). PinnedBuffer: page-locked host memory, which asynchronous
-// copies need to overlap with device work. DeviceArena: sub-allocations from one buffer, reset as
-// a whole; its addresses stay fixed, which CUDA graph replay needs.
+// copies need to overlap with device work. DeviceArena: sub-allocations from one buffer, made
+// once; their addresses stay fixed, which CUDA graph replay needs.
 // Thread-safety: buffers are movable values; an arena is used by one thread at a time.
 #pragma once
 
@@ -60,15 +60,8 @@ class DeviceArena {
   DeviceArena() = default;
   static StatusOr<DeviceArena> Create(size_t bytes);
 
-  // Null when the arena is full; Reset() makes all of it free again.
+  // Null when the arena is full.
   void* Allocate(size_t bytes);
-  template <typename T>
-  T* Allocate(int64_t n) {
-    return static_cast<T*>(Allocate(static_cast<size_t>(n) * sizeof(T)));
-  }
-  void Reset() { used_ = 0; }
-  size_t used() const { return used_; }
-  size_t capacity() const { return buffer_.bytes(); }
 
  private:
   DeviceBuffer buffer_;
@@ -79,6 +72,5 @@ class DeviceArena {
 Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes, const Stream& stream);
 Status CopyToHostAsync(void* dst, const void* src, size_t bytes, const Stream& stream);
 Status CopyOnDeviceAsync(void* dst, const void* src, size_t bytes, const Stream& stream);
-Status FillZeroAsync(void* dst, size_t bytes, const Stream& stream);
 
 }  // namespace dinfer::cuda

@@ -58,12 +58,6 @@ Status Event::Synchronize() const {
   return CudaStatus(cudaEventSynchronize(e_), "cudaEventSynchronize");
 }
 
-bool Event::Done() const { return cudaEventQuery(e_) == cudaSuccess; }
-
-Status Event::WaitOn(const Stream& stream) const {
-  return CudaStatus(cudaStreamWaitEvent(stream.get(), e_, 0), "cudaStreamWaitEvent");
-}
-
 StatusOr<float> Event::ElapsedMs(const Event& start, const Event& end) {
   float ms = 0;
   DINFER_RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, start.e_, end.e_), "elapsed time"));

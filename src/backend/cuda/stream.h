@@ -40,10 +40,6 @@ class Event {
 
   Status Record(const Stream& stream) const;
   Status Synchronize() const;
-  // Whether the work before the recorded point has finished.
-  bool Done() const;
-  // Makes `stream` wait for this event without blocking the host.
-  Status WaitOn(const Stream& stream) const;
   // Milliseconds between two recorded timing events (both finished).
   static StatusOr<float> ElapsedMs(const Event& start, const Event& end);
 

@@ -33,6 +33,10 @@ StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuDecode
   r->model_ = std::move(model);
   DINFER_ASSIGN_OR_RETURN(const int device, cuda::CurrentDevice());
   DINFER_ASSIGN_OR_RETURN(r->device_, cuda::GetDeviceInfo(device));
+  if (r->device_.sm_major != 9 || r->device_.sm_minor != 0) {
+    return Unimplemented("the CUDA kernels are built for Hopper (sm_90a); {} is sm_{}{}",
+                         r->device_.name, r->device_.sm_major, r->device_.sm_minor);
+  }
   DINFER_ASSIGN_OR_RETURN(r->stream_, cuda::Stream::Create());
 
   const ModelConfig& c = r->model_->config();
