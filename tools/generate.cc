@@ -35,9 +35,6 @@ void AddGenerateFlags(CLI::App& cmd, GenerateArgs& a) {
   cmd.add_flag("--no-special", a.no_special,
                "treat special-token markup in --prompt as plain text");
   cmd.add_option("-c,--context", a.context, "KV cache size in tokens")->capture_default_str();
-  ec.device = *device;
-  ec.threads = a.engine.threads;
-  ec.f32_activations = a.engine.f32_activations;
 }
 
 namespace {
