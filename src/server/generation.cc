@@ -187,7 +187,10 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       u.prompt_tokens += p.prompt_tokens;
       u.cached_tokens += p.cached_tokens;
     }
-    for (const ChoiceOutput& c : choices_) u.completion_tokens += c.result().completion_tokens;
+    for (const ChoiceOutput& c : choices_) {
+      u.completion_tokens += c.result().completion_tokens;
+      u.reasoning_tokens += c.result().reasoning_tokens;
+    }
     return u;
   }
 

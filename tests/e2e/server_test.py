@@ -379,6 +379,7 @@ def test_reasoning(tool_server):
                                     extra_body={"chat_template_kwargs": {"enable_thinking": True}})
     message = r.choices[0].message
     assert message.reasoning_content and not message.content
+    assert r.usage.completion_tokens_details.reasoning_tokens == r.usage.completion_tokens
     streamed = "".join(getattr(ch.choices[0].delta, "reasoning_content", None) or "" for ch in
                        oai.chat.completions.create(model="default", messages=[{"role": "user", "content": QUESTION}],
                                                    temperature=0, max_tokens=8, stream=True,
@@ -547,6 +548,33 @@ def test_queue_full_is_503():
         s.wait_idle()
     finally:
         s.stop()
+
+
+def test_graceful_shutdown_finishes_requests_in_progress():
+    s = Server()
+    body = json.dumps({"model": "default", "prompt": "Once upon a time", "max_tokens": 40, "stream": True,
+                       "ignore_eos": True}).encode()
+    with socket.create_connection(("127.0.0.1", s.port), timeout=60) as conn:
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        got = b""
+        while b"data: " not in got:
+            got += conn.recv(65536)
+        s.proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + 10
+        while True:  # the listener closes at once
+            try:
+                socket.create_connection(("127.0.0.1", s.port), timeout=1).close()
+            except OSError:
+                break
+            assert time.time() < deadline, "still accepting connections after SIGTERM"
+            time.sleep(0.05)
+        while b"data: [DONE]" not in got:  # the request in progress completes
+            chunk = conn.recv(65536)
+            assert chunk, got
+            got += chunk
+    assert got.count(b'"finish_reason":"length"') == 1
+    assert s.proc.wait(timeout=30) == 0, s.output()
 
 
 # --- load --------------------------------------------------------------------------------------

@@ -131,6 +131,7 @@ struct ChoiceResult {
   std::string stop_sequence;
   std::string error;
   int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;  // of completion_tokens, those that produced only reasoning
 };
 
 struct Usage {
