@@ -54,6 +54,20 @@ struct BenchOfflineArgs {
 void AddBenchOfflineFlags(CLI::App& cmd, BenchOfflineArgs& args);
 int RunBenchOffline(const BenchOfflineArgs& args);
 
+struct TokenizeArgs {
+  std::string model = "default";
+  std::string tokenizer;
+  std::string text, file, chat, chat_template;
+  bool no_special = false;
+  std::string text_out, ids_out;
+  bool bench = false;
+  std::vector<int> threads = {1, 2};
+  int repetitions = 5;
+  std::string json;
+};
+void AddTokenizeFlags(CLI::App& cmd, TokenizeArgs& args);
+int RunTokenize(const TokenizeArgs& args);
+
 struct ServeArgs {
   server::ServerOptions options;
   std::string positional_model;

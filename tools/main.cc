@@ -1,4 +1,4 @@
-// The `dinfer` command: subcommands serve, generate and bench.
+// The `dinfer` command: subcommands serve, generate, bench and tokenize.
 #include <cstdio>
 #include <string>
 
@@ -39,6 +39,11 @@ int main(int argc, char** argv) {
       "offline", "Serving throughput and latency (TTFT, TPOT) of many requests through the engine");
   dinfer::tools::AddBenchOfflineFlags(*offline_cmd, offline);
 
+  dinfer::tools::TokenizeArgs tokenize;
+  CLI::App* tokenize_cmd = app.add_subcommand(
+      "tokenize", "Token ids of a text or of a chat rendered with the chat template (--bench)");
+  dinfer::tools::AddTokenizeFlags(*tokenize_cmd, tokenize);
+
   CLI11_PARSE(app, argc, argv);
   if (!dinfer::log::SetLevel(log_level)) {
     std::fprintf(stderr, "dinfer: unknown --log-level '%s'\n", log_level.c_str());
@@ -46,6 +51,7 @@ int main(int argc, char** argv) {
   }
   if (serve_cmd->parsed()) return dinfer::tools::RunServe(std::move(serve));
   if (generate->parsed()) return dinfer::tools::RunGenerate(gen);
+  if (tokenize_cmd->parsed()) return dinfer::tools::RunTokenize(tokenize);
   if (offline_cmd->parsed()) return dinfer::tools::RunBenchOffline(offline);
   if (bench_cmd->parsed()) return dinfer::tools::RunBench(bench);
   return 0;

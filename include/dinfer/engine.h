@@ -91,6 +91,9 @@ struct ModelInfo {
   // The checkpoint's sampling defaults (generation_config.json).
   double temperature = 1.0, top_p = 1.0;
   int top_k = 0;
+  // The checkpoint's template for requests with tools, when it names one "tool_use" (transformers
+  // then renders with it; empty: use chat_template).
+  std::string tool_use_chat_template;
 };
 
 class RequestStream {

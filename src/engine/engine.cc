@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "base/logging.h"
+#include "base/thread_pool.h"
 #include "engine/engine_core.h"
 #include "model/loader.h"
 
@@ -113,6 +114,8 @@ class EngineImpl final : public Engine {
         o.max_model_len > 0 ? o.max_model_len : lm_.config.max_position_embeddings;
     max_model_len_ = c.scheduler.max_model_len;
     core_ = std::make_unique<EngineCore>(*lm_.model, c);
+    // Servers tokenize rendered chats on their own threads; long prompts spread over this pool.
+    tokenize_pool_ = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : DefaultThreadCount());
     eos_ = lm_.generation.eos_token_ids;
     if (lm_.tokenizer) {
       for (int32_t id : lm_.tokenizer->eos_ids()) eos_.push_back(id);
@@ -210,7 +213,7 @@ class EngineImpl final : public Engine {
   StatusOr<std::vector<int32_t>> EncodeSegments(
       const std::vector<PromptSegment>& segments) const override {
     if (!lm_.tokenizer) return InvalidArgument("model '{}' has no tokenizer", lm_.path);
-    return lm_.tokenizer->EncodeSegments(segments);
+    return lm_.tokenizer->EncodeSegments(segments, tokenize_pool_.get());
   }
   ModelInfo model_info() const override {
     ModelInfo info;
@@ -223,6 +226,7 @@ class EngineImpl final : public Engine {
     info.top_k = lm_.generation.top_k;
     if (const tokenizer::Tokenizer* tok = lm_.tokenizer.get()) {
       info.chat_template = tok->chat_template();
+      info.tool_use_chat_template = tok->tool_use_chat_template();
       if (tok->bos_id()) info.bos_token = tok->TokenBytes(*tok->bos_id());
       info.add_bos_token = tok->add_bos() && tok->bos_id().has_value();
       if (!tok->eos_ids().empty()) info.eos_token = tok->TokenBytes(tok->eos_ids().front());
@@ -304,6 +308,7 @@ class EngineImpl final : public Engine {
 
   LoadedModel lm_;
   std::unique_ptr<EngineCore> core_;
+  std::unique_ptr<ThreadPool> tokenize_pool_;
   int64_t max_model_len_ = 0;
   std::vector<int32_t> eos_;
   mutable std::mutex mu_;

@@ -23,7 +23,7 @@ kv::KvCacheSpec MakeSpec(const Model& model, const EngineConfig& c) {
   spec.sliding_window = all_sliding ? mc.sliding_window : 0;
   spec.num_blocks = c.num_kv_blocks;
   if (spec.num_blocks <= 0) {
-    const int64_t per_block = KvStorage::BytesPerBlock(mc.num_layers, c.block_size, model.kv_dim());
+    const int64_t per_block = KvStorage::BytesPerBlock(model.KvLayoutFor(c.block_size));
     spec.num_blocks = std::max<int64_t>(2, c.kv_cache_bytes / per_block);
   }
   return spec;

@@ -2,10 +2,13 @@
 
 #include <boost/json.hpp>
 
+#include "model/config_json.h"
 #include "model/gguf.h"
 
 namespace dinfer {
 namespace json = boost::json;
+using config_json::GetNumber;
+using config_json::ReadIdList;
 
 namespace {
 
@@ -20,34 +23,8 @@ constexpr ArchAlias kArchs[] = {
     {"Qwen2ForCausalLM", "qwen2", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3", "qwen3"},
     {"MistralForCausalLM", "mistral", "mistral"},
+    {"DeepseekV4ForCausalLM", "deepseek_v4", "deepseek_v4"},
 };
-
-template <typename T>
-bool GetNumber(const json::object& o, std::string_view key, T* out) {
-  const auto* v = o.if_contains(key);
-  if (v == nullptr || v->is_null()) return false;
-  if (v->is_int64())
-    *out = static_cast<T>(v->as_int64());
-  else if (v->is_uint64())
-    *out = static_cast<T>(v->as_uint64());
-  else if (v->is_double())
-    *out = static_cast<T>(v->as_double());
-  else if (v->is_bool())
-    *out = static_cast<T>(v->as_bool());
-  else
-    return false;
-  return true;
-}
-
-void ReadIdList(const json::value* v, std::vector<int32_t>* out) {
-  if (v == nullptr) return;
-  if (v->is_int64()) out->push_back(static_cast<int32_t>(v->as_int64()));
-  if (v->is_array()) {
-    for (const auto& e : v->as_array()) {
-      if (e.is_int64()) out->push_back(static_cast<int32_t>(e.as_int64()));
-    }
-  }
-}
 
 }  // namespace
 
@@ -75,6 +52,7 @@ Status ModelConfig::Validate() const {
   if (rotary_dim <= 0 || rotary_dim > head_dim || rotary_dim % 2 != 0)
     return bad("rotary_dim", rotary_dim);
   if (sliding_window < 0) return bad("sliding_window", sliding_window);
+  if (deepseek_v4) return ValidateDeepseekV4(*this);
   return OkStatus();
 }
 
@@ -103,6 +81,11 @@ StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, const std::strin
     return Unimplemented(
         "'{}': architecture '{}' (model_type '{}') is not supported; dinfer supports {}", path,
         c.hf_architecture, model_type, SupportedArchitectures());
+  }
+  if (c.arch == "deepseek_v4") {
+    DINFER_RETURN_IF_ERROR(config_json::ParseDeepseekV4(o, path, &c));
+    DINFER_RETURN_IF_ERROR(c.Validate().WithContext(path));
+    return c;
   }
   GetNumber(o, "vocab_size", &c.vocab_size);
   GetNumber(o, "hidden_size", &c.hidden_size);
@@ -185,7 +168,7 @@ StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& g) {
   const auto arch = g.GetString("general.architecture");
   if (!arch) return DataLoss("'{}' has no general.architecture", g.path());
   for (const auto& a : kArchs) {
-    if (*arch == a.gguf) c.arch = std::string(a.arch);
+    if (*arch == a.gguf && a.arch != "deepseek_v4") c.arch = std::string(a.arch);
   }
   if (c.arch.empty()) {
     return Unimplemented(

@@ -75,6 +75,7 @@ tokenizer::GgufTokenizerSpec TokenizerSpecFromGguf(const GgufFile& g) {
   s.pad_id = id("tokenizer.ggml.padding_token_id");
   s.add_bos = g.GetBool("tokenizer.ggml.add_bos_token").value_or(false);
   s.chat_template = g.GetString("tokenizer.chat_template").value_or("");
+  s.tool_use_chat_template = g.GetString("tokenizer.chat_template.tool_use").value_or("");
   return s;
 }
 

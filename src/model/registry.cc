@@ -5,9 +5,8 @@ namespace dinfer {
 const std::vector<ArchEntry>& Architectures() {
   static const std::vector<ArchEntry> kArchs = {
       {"llama", BuildLlama},  // Llama 2/3.x, SmolLM2
-      {"qwen2", BuildQwen2},
-      {"qwen3", BuildQwen3},
-      {"mistral", BuildMistral},
+      {"qwen2", BuildQwen2},     {"qwen3", BuildQwen3},
+      {"mistral", BuildMistral}, {"deepseek_v4", BuildDeepseekV4},  // DeepSeek-V4-Flash / -Pro
   };
   return kArchs;
 }

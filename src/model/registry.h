@@ -27,5 +27,6 @@ StatusOr<std::unique_ptr<Model>> BuildLlama(const ModelConfig&, WeightSource&);
 StatusOr<std::unique_ptr<Model>> BuildQwen2(const ModelConfig&, WeightSource&);
 StatusOr<std::unique_ptr<Model>> BuildQwen3(const ModelConfig&, WeightSource&);
 StatusOr<std::unique_ptr<Model>> BuildMistral(const ModelConfig&, WeightSource&);
+StatusOr<std::unique_ptr<Model>> BuildDeepseekV4(const ModelConfig&, WeightSource&);
 
 }  // namespace dinfer

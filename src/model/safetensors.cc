@@ -19,6 +19,9 @@ std::optional<DType> SafetensorsDType(std::string_view name) {
   if (name == "BF16") return DType::kBF16;
   if (name == "I32") return DType::kI32;
   if (name == "I64") return DType::kI64;
+  if (name == "I8") return DType::kI8;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
+  if (name == "F8_E8M0") return DType::kF8E8M0;
   return std::nullopt;
 }
 
@@ -26,7 +29,8 @@ int64_t SafetensorsElemBytes(std::string_view name) {
   if (name == "F64" || name == "I64" || name == "U64") return 8;
   if (name == "F32" || name == "I32" || name == "U32") return 4;
   if (name == "F16" || name == "BF16" || name == "I16" || name == "U16") return 2;
-  if (name == "I8" || name == "U8" || name == "BOOL" || name == "F8_E4M3" || name == "F8_E5M2")
+  if (name == "I8" || name == "U8" || name == "BOOL" || name == "F8_E4M3" || name == "F8_E5M2" ||
+      name == "F8_E8M0")
     return 1;
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <regex>
 
 #include "kernels/cpu/quant.h"
+#include "ops/ops.h"
 
 namespace dinfer {
 
@@ -96,6 +97,72 @@ StatusOr<TensorView> WeightSource::GetF32(const std::string& hf_name,
   Tensor t = Tensor::Empty(DType::kF32, std::vector<int64_t>(shape));
   for (int64_t r = 0; r < v.rows(); ++r) {
     kernels::cpu::DequantizeRow(v.dtype, v.row_ptr(r), t.data<float>() + r * v.cols(), v.cols());
+  }
+  owned_.push_back(std::move(t));
+  return owned_.back().view();
+}
+
+}  // namespace dinfer
+
+namespace dinfer {
+namespace {
+
+// A scale tensor as f32 values.
+std::vector<float> ScalesF32(const TensorView& s) {
+  std::vector<float> out(static_cast<size_t>(s.numel()));
+  kernels::cpu::DequantizeRow(s.dtype, s.data, out.data(), s.numel());
+  return out;
+}
+
+}  // namespace
+
+StatusOr<TensorView> WeightSource::GetLinear(const std::string& name, int64_t out, int64_t in,
+                                             int64_t block_rows, int64_t block_cols) {
+  DINFER_ASSIGN_OR_RETURN(TensorView w, Get(name));
+  if (w.dtype != DType::kF8E4M3 && w.dtype != DType::kI8) {
+    DINFER_ASSIGN_OR_RETURN(w, Get(name, {out, in}));
+    if (!ops::LinearSupports(w.dtype)) {
+      return Unimplemented("'{}': weight '{}' has dtype {}, which linear layers cannot use", where_,
+                           name, DTypeName(w.dtype));
+    }
+    return w;
+  }
+  const std::string base = name.substr(0, name.rfind(".weight"));
+  std::string scale_name = base + ".scale";
+  if (!Has(scale_name)) scale_name = name + "_scale_inv";
+  if (!Has(scale_name)) {
+    return NotFound("'{}': {} weight '{}' has no scales ('{}.scale')", where_, DTypeName(w.dtype),
+                    name, base);
+  }
+  DINFER_ASSIGN_OR_RETURN(TensorView scale, Get(scale_name));
+  if (scale.dtype != DType::kF8E8M0 && scale.dtype != DType::kF32 && scale.dtype != DType::kBF16) {
+    return DataLoss("'{}': scales '{}' have dtype {}", where_, scale_name, DTypeName(scale.dtype));
+  }
+  if (in % 32 != 0) {
+    return Unimplemented("'{}': quantized weight '{}' has {} inputs, not a multiple of 32", where_,
+                         name, in);
+  }
+  const std::vector<float> scales = ScalesF32(scale);
+  if (w.dtype == DType::kF8E4M3) {
+    DINFER_RETURN_IF_ERROR(Get(name, {out, in}).status());
+    const int64_t sr = (out + block_rows - 1) / block_rows, sc = (in + block_cols - 1) / block_cols;
+    DINFER_RETURN_IF_ERROR(Get(scale_name, {sr, sc}).status());
+    if (block_cols % 32 != 0) {
+      return Unimplemented("'{}': FP8 scale blocks of {} columns are not whole 32-column blocks",
+                           where_, block_cols);
+    }
+    Tensor t = Tensor::Empty(DType::kF8E4M3B32, {out, in});
+    kernels::cpu::RepackF8E4M3(static_cast<const uint8_t*>(w.data), scales.data(), out, in,
+                               block_rows, block_cols, t.data<kernels::cpu::BlockF8E4M3B32>());
+    owned_.push_back(std::move(t));
+    return owned_.back().view();
+  }
+  DINFER_RETURN_IF_ERROR(Get(name, {out, in / 2}).status());
+  DINFER_RETURN_IF_ERROR(Get(scale_name, {out, in / 32}).status());
+  Tensor t = Tensor::Empty(DType::kMxfp4, {out, in});
+  if (!kernels::cpu::RepackMxfp4(static_cast<const uint8_t*>(w.data), scales.data(), out, in,
+                                 t.data<kernels::cpu::BlockMxfp4>())) {
+    return DataLoss("'{}': FP4 scales '{}' are not all powers of two (UE8M0)", where_, scale_name);
   }
   owned_.push_back(std::move(t));
   return owned_.back().view();

@@ -29,6 +29,17 @@ class WeightSource {
   // The weight converted to f32 (norm weights, biases); the copy lives as long as the source.
   StatusOr<TensorView> GetF32(const std::string& hf_name, std::initializer_list<int64_t> shape);
 
+  // A linear layer's weight [out, in] as ops::Linear takes it: f32 / f16 / bf16 as stored, or a
+  // block-scaled one as DeepSeek-V4 checkpoints ship it, repacked without changing a value (the
+  // copy lives as long as the source):
+  //   FP8: e4m3fn [out, in] with scales [ceil(out / block_rows), ceil(in / block_cols)] (UE8M0 or
+  //        f32) in "<name>.scale" or "<name>.weight_scale_inv" -> f8_e4m3_b32;
+  //   FP4: int8 [out, in / 2] holding two e2m1 codes per byte, element 2j in the low nibble, with
+  //        UE8M0 scales [out, in / 32] -> mxfp4.
+  // `name` ends in ".weight"; the scale names replace that suffix.
+  StatusOr<TensorView> GetLinear(const std::string& name, int64_t out, int64_t in,
+                                 int64_t block_rows = 128, int64_t block_cols = 128);
+
   const std::string& where() const { return where_; }
 
  private:

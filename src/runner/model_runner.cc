@@ -16,9 +16,34 @@ ModelRunner::ModelRunner(Model& model, const RunnerOptions& options)
     : model_(model),
       f32_activations_(options.f32_activations),
       pool_(options.threads > 0 ? options.threads : DefaultThreadCount()),
-      kv_(model.config().num_layers, BlocksFor(options), options.block_size, model.kv_dim()) {}
+      kv_(model.KvLayoutFor(options.block_size), BlocksFor(options), options.block_size) {}
 
 StatusOr<TensorView> ModelRunner::Execute(std::span<const SeqChunk> chunks) {
+  return Run(chunks, false);
+}
+
+StatusOr<TensorView> ModelRunner::ExecuteDraft(std::span<const SeqChunk> chunks) {
+  return Run(chunks, true);
+}
+
+StatusOr<TensorView> ModelRunner::Run(std::span<const SeqChunk> chunks, bool draft) {
+  DINFER_ASSIGN_OR_RETURN(ForwardInput in, Prepare(chunks));
+  const int64_t rows = static_cast<int64_t>(logits_rows_.size());
+  const int64_t vocab = model_.config().vocab_size;
+  if (logits_.empty() || logits_.view().rows() < rows) {
+    logits_ = Tensor::Empty(DType::kF32, {std::max<int64_t>(rows, 1), vocab});
+  }
+  TensorView logits = TensorView::Make(logits_.view().data, DType::kF32, {rows, vocab});
+  ops::OpContext ctx{&pool_, f32_activations_};
+  if (draft) {
+    DINFER_RETURN_IF_ERROR(model_.ForwardDraft(ctx, in, kv_, logits));
+  } else {
+    DINFER_RETURN_IF_ERROR(model_.Forward(ctx, in, kv_, logits));
+  }
+  return logits;
+}
+
+StatusOr<ForwardInput> ModelRunner::Prepare(std::span<const SeqChunk> chunks) {
   tokens_.clear();
   token_seq_.clear();
   positions_.clear();
@@ -53,12 +78,6 @@ StatusOr<TensorView> ModelRunner::Execute(std::span<const SeqChunk> chunks) {
     block_tables_.resize(base + max_blocks, 0);
     std::copy(c.block_table.begin(), c.block_table.end(), block_tables_.begin() + base);
   }
-  const int64_t rows = static_cast<int64_t>(logits_rows_.size());
-  const int64_t vocab = model_.config().vocab_size;
-  if (logits_.empty() || logits_.view().rows() < rows) {
-    logits_ = Tensor::Empty(DType::kF32, {std::max<int64_t>(rows, 1), vocab});
-  }
-  TensorView logits = TensorView::Make(logits_.view().data, DType::kF32, {rows, vocab});
   ForwardInput in;
   in.tokens = tokens_;
   in.logits_rows = logits_rows_;
@@ -68,9 +87,7 @@ StatusOr<TensorView> ModelRunner::Execute(std::span<const SeqChunk> chunks) {
   in.meta.block_tables = block_tables_;
   in.meta.max_blocks_per_seq = static_cast<int64_t>(max_blocks);
   in.meta.block_size = bs;
-  ops::OpContext ctx{&pool_, f32_activations_};
-  DINFER_RETURN_IF_ERROR(model_.Forward(ctx, in, kv_, logits));
-  return logits;
+  return in;
 }
 
 }  // namespace dinfer

@@ -36,6 +36,9 @@ class ModelRunner {
 
   // Returns logits [rows, vocab], rows in chunk order; valid until the next Execute.
   StatusOr<TensorView> Execute(std::span<const SeqChunk> chunks);
+  // The model's draft (MTP) layer over the chunks of the previous Execute, each chunk's tokens
+  // replaced by the tokens that follow them (see Model::ForwardDraft); same logits contract.
+  StatusOr<TensorView> ExecuteDraft(std::span<const SeqChunk> chunks);
 
   const Model& model() const { return model_; }
   int64_t block_size() const { return kv_.block_size(); }
@@ -43,6 +46,10 @@ class ModelRunner {
   int threads() const { return pool_.num_threads(); }
 
  private:
+  // Builds tokens, positions, slots, block tables and logits rows for the chunks.
+  StatusOr<ForwardInput> Prepare(std::span<const SeqChunk> chunks);
+  StatusOr<TensorView> Run(std::span<const SeqChunk> chunks, bool draft);
+
   Model& model_;
   bool f32_activations_;
   ThreadPool pool_;

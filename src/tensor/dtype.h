@@ -20,6 +20,14 @@ enum class DType : uint8_t {
   kQ4_1,  // 32 elements: f16 scale, f16 min + 16 bytes of 4-bit values
   kQ4_K,  // 256 elements: super-block with 8 sub-blocks, 6-bit scales and mins
   kQ6_K,  // 256 elements: 6-bit values, 16 sub-blocks with int8 scales
+  // Single bytes as safetensors checkpoints store them (DeepSeek-V4's FP8 and FP4 weights).
+  kI8,      // int8 (FP4 weights: two e2m1 codes per byte)
+  kF8E4M3,  // float8 e4m3fn
+  kF8E8M0,  // float8 e8m0fnu: 2^(byte - 127), the UE8M0 block scales
+  // Block formats that the CPU kernels read (kernels/cpu/quant.h), repacked at load time from a
+  // checkpoint's weight and scale tensors without changing a value.
+  kF8E4M3B32,  // 32 elements: f32 scale + 32 e4m3fn bytes
+  kMxfp4,      // 32 elements: e8m0 scale + 16 bytes of e2m1 codes (OCP MX FP4)
 };
 
 std::string_view DTypeName(DType t);

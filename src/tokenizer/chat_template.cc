@@ -1,5 +1,6 @@
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "tokenizer/jinja/template.h"
@@ -46,10 +47,72 @@ Value RaiseException() {
   });
 }
 
+// transformers marks the end of the message to continue with this, then cuts the prompt there.
+constexpr std::string_view kContinueTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+// The final message with the tag after its text (its last text part, for content parts); the
+// text before the tag in *final_text.
+StatusOr<Value> TagFinalMessage(const boost::json::value& message, std::string* final_text) {
+  boost::json::value tagged = message;
+  boost::json::value* content =
+      tagged.is_object() ? tagged.as_object().if_contains("content") : nullptr;
+  if (content == nullptr || content->is_null()) {
+    return InvalidArgument(
+        "continue_final_message is set but the final message has no content to continue");
+  }
+  boost::json::string* text = content->is_string() ? &content->as_string() : nullptr;
+  if (content->is_array()) {
+    for (auto it = content->as_array().rbegin(); it != content->as_array().rend() && !text; ++it) {
+      if (!it->is_object()) continue;
+      if (boost::json::value* t = it->as_object().if_contains("text"); t && t->is_string()) {
+        text = &t->as_string();
+      }
+    }
+  }
+  if (text == nullptr) {
+    return InvalidArgument(
+        "continue_final_message is set but the final message has no text to continue");
+  }
+  *final_text = std::string(*text);
+  text->append(kContinueTag);
+  return Value::FromJson(tagged);
+}
+
+// Cuts the render at the tag, as transformers does: before it, or, when the template trimmed the
+// space after it, before it and the whitespace before it.
+StatusOr<jinja::Text> CutAtTag(const jinja::Text& text, std::string_view final_text) {
+  const std::string& s = text.str();
+  size_t begin = 0, end = 0;
+  jinja::StripRange(final_text, {}, true, true, &begin, &end);
+  const std::string_view bare_tag = kContinueTag.substr(0, kContinueTag.size() - 1);
+  if (s.find(final_text.substr(begin, end - begin)) == std::string::npos ||
+      s.find(bare_tag) == std::string::npos) {
+    return InvalidArgument(
+        "continue_final_message is set but the final message does not appear in the chat after "
+        "applying the chat template");
+  }
+  const size_t tag = s.rfind(bare_tag);
+  if (s.compare(tag, kContinueTag.size(), kContinueTag) == 0) return text.Slice(0, tag);
+  jinja::StripRange(std::string_view(s).substr(0, tag), {}, false, true, &begin, &end);
+  return text.Slice(0, end);
+}
+
 }  // namespace
 
 StatusOr<std::vector<PromptSegment>> ChatTemplate::Render(const boost::json::array& messages,
                                                           const ChatRenderOptions& options) const {
+  if (options.continue_final_message && options.add_generation_prompt) {
+    return InvalidArgument(
+        "continue_final_message and add_generation_prompt are not compatible: the first continues "
+        "the final message, the second starts a new assistant message");
+  }
+  if (!options.documents.is_null()) {
+    const bool list_of_objects =
+        options.documents.is_array() &&
+        std::all_of(options.documents.as_array().begin(), options.documents.as_array().end(),
+                    [](const boost::json::value& d) { return d.is_object(); });
+    if (!list_of_objects) return InvalidArgument("documents must be a list of objects");
+  }
   std::vector<std::pair<std::string, Value>> globals;
   // What HF's apply_chat_template passes: the tokenizer's special tokens, then the template
   // kwargs (which may override them), then messages, tools, documents, add_generation_prompt.
@@ -68,11 +131,24 @@ StatusOr<std::vector<PromptSegment>> ChatTemplate::Render(const boost::json::arr
   }
   std::vector<Value> chat;
   chat.reserve(messages.size());
-  for (const boost::json::value& m : messages) chat.push_back(Value::FromJson(m));
+  std::string final_text;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (options.continue_final_message && i + 1 == messages.size()) {
+      DINFER_ASSIGN_OR_RETURN(Value tagged, TagFinalMessage(messages[i], &final_text));
+      chat.push_back(std::move(tagged));
+    } else {
+      chat.push_back(Value::FromJson(messages[i]));
+    }
+  }
+  if (options.continue_final_message && messages.empty()) {
+    return InvalidArgument("continue_final_message is set but there is no message");
+  }
   globals.emplace_back("messages", Value::List(std::move(chat)));
   globals.emplace_back("tools",
                        options.tools.is_null() ? Value::None() : Value::FromJson(options.tools));
-  globals.emplace_back("documents", Value::None());
+  globals.emplace_back("documents", options.documents.is_null()
+                                        ? Value::None()
+                                        : Value::FromJson(options.documents));
   globals.emplace_back("add_generation_prompt", Value::Bool(options.add_generation_prompt));
   globals.emplace_back("raise_exception", RaiseException());
   globals.emplace_back("strftime_now",
@@ -83,6 +159,9 @@ StatusOr<std::vector<PromptSegment>> ChatTemplate::Render(const boost::json::arr
     text = template_->Render(globals);
   } catch (const TemplateError& e) {
     return InvalidArgument("chat template error at line {}: {}", e.line, e.message);
+  }
+  if (options.continue_final_message) {
+    DINFER_ASSIGN_OR_RETURN(text, CutAtTag(text, final_text));
   }
   std::vector<PromptSegment> segments;
   segments.reserve(text.runs().size());

@@ -28,8 +28,13 @@ class Template;
 
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
+  // The prompt ends inside the final (assistant) message, so that the model continues it, cut
+  // where transformers' continue_final_message cuts. Excludes add_generation_prompt.
+  bool continue_final_message = false;
   // null (no tools) or the OpenAI tool list ([{"type": "function", "function": {...}}, ...]).
   boost::json::value tools;
+  // null, or documents for retrieval-augmented templates (a list of objects, e.g. title + text).
+  boost::json::value documents;
   // chat_template_kwargs (enable_thinking, ...): extra template variables, untrusted.
   boost::json::object kwargs;
   // The special tokens' text, as the template refers to it (trusted).

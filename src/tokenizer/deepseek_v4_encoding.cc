@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <unordered_map>
 
 #include "tokenizer/python_json.h"
@@ -425,6 +426,69 @@ Status ApplyDeepSeekV4ReasoningEffort(std::string_view effort, DeepSeekV4Options
   }
   return InvalidArgument(
       "reasoning_effort '{}' is not one of none, minimal, low, medium, high, xhigh, max", effort);
+}
+
+StatusOr<DeepSeekV4Options> DeepSeekV4OptionsFromRequest(const json::object& request) {
+  DeepSeekV4Options options;
+  std::optional<bool> thinking;
+  if (const json::value* t = request.if_contains("thinking"); t && !t->is_null()) {
+    const json::value* type = t->is_object() ? t->get_object().if_contains("type") : nullptr;
+    if (!type || !type->is_string() ||
+        (type->get_string() != "enabled" && type->get_string() != "disabled")) {
+      return InvalidArgument(
+          "thinking must be {{\"type\": \"enabled\"}} or {{\"type\": \"disabled\"}}");
+    }
+    thinking = type->get_string() == "enabled";
+  }
+  if (const json::value* kw = request.if_contains("chat_template_kwargs"); kw && kw->is_object()) {
+    for (std::string_view key : {"thinking", "enable_thinking"}) {
+      const json::value* v = kw->get_object().if_contains(key);
+      if (v && v->is_bool() && !thinking) thinking = v->get_bool();
+    }
+  }
+  if (const json::value* e = request.if_contains("reasoning_effort");
+      e && !e->is_null() && thinking != false) {
+    if (!e->is_string()) return InvalidArgument("reasoning_effort must be a string");
+    DINFER_RETURN_IF_ERROR(ApplyDeepSeekV4ReasoningEffort(e->get_string(), &options));
+  }
+  if (thinking) options.thinking = *thinking;
+  if (const json::value* tools = request.if_contains("tools"); tools && !tools->is_null()) {
+    if (!tools->is_array()) return InvalidArgument("tools must be a list");
+    options.tools = tools->get_array();
+  }
+  if (const json::value* choice = request.if_contains("tool_choice");
+      choice && !choice->is_null()) {
+    using C = DeepSeekV4Options::ToolChoice;
+    const json::value* fn =
+        choice->is_object() ? choice->get_object().if_contains("function") : nullptr;
+    const json::value* name =
+        fn && fn->is_object() ? fn->get_object().if_contains("name") : nullptr;
+    if (*choice == "auto") {
+      options.tool_choice = C::kAuto;
+    } else if (*choice == "none") {
+      options.tool_choice = C::kNone;
+    } else if (*choice == "required") {
+      options.tool_choice = C::kRequired;
+    } else if (name && name->is_string()) {
+      options.tool_choice = C::kNamed;
+      options.tool_choice_name = name->get_string();
+    } else {
+      return InvalidArgument(
+          "tool_choice must be \"auto\", \"none\", \"required\" or {{\"type\": \"function\", "
+          "\"function\": {{\"name\": ...}}}}");
+    }
+  }
+  if (const json::value* format = request.if_contains("response_format")) {
+    options.response_format = *format;
+  }
+  for (auto [key, field] : {std::pair{"add_generation_prompt", &options.add_generation_prompt},
+                            std::pair{"continue_final_message", &options.continue_final_message}}) {
+    if (const json::value* v = request.if_contains(key); v && !v->is_null()) {
+      if (!v->is_bool()) return InvalidArgument("{} must be a boolean", key);
+      *field = v->get_bool();
+    }
+  }
+  return options;
 }
 
 StatusOr<std::vector<PromptSegment>> EncodeDeepSeekV4(const json::array& messages,

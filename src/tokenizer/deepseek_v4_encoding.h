@@ -50,6 +50,13 @@ struct DeepSeekV4Options {
 // "medium"/"high" → kHigh, "xhigh" → kXHigh, "max" → kMax (thinking on). Others: InvalidArgument.
 Status ApplyDeepSeekV4ReasoningEffort(std::string_view effort, DeepSeekV4Options* options);
 
+// The options a Chat Completions request body asks for, read as DeepSeek's API reads them:
+// "thinking": {"type": "enabled" | "disabled"} (or chat_template_kwargs "thinking" /
+// "enable_thinking"; thinking is on by default), "reasoning_effort" (ignored when thinking is
+// disabled), "tools", "tool_choice", "response_format", and vLLM's "add_generation_prompt" and
+// "continue_final_message". InvalidArgument for fields of the wrong shape.
+StatusOr<DeepSeekV4Options> DeepSeekV4OptionsFromRequest(const boost::json::object& request);
+
 // `messages`: OpenAI Chat Completions messages (roles system, developer (as system), user,
 // assistant, tool, latest_reminder; content a string, null or text parts; assistant
 // reasoning_content (or reasoning), tool_calls with function.arguments a parsed object or a

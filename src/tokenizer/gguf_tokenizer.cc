@@ -117,6 +117,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufTokenizerSpec
   if (spec.eot_id) def.eos_ids.push_back(*spec.eot_id);
   def.add_bos = spec.add_bos;
   def.chat_template = spec.chat_template;
+  def.tool_use_chat_template = spec.tool_use_chat_template;
   auto tokenizer = Build(std::move(def));
   if (!tokenizer.ok()) return tokenizer.status().WithContext("GGUF tokenizer: ");
   return tokenizer;

@@ -1,7 +1,9 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <deque>
 
+#include "base/thread_pool.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/unicode.h"
 
@@ -57,37 +59,65 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(TokenizerDefinition def) {
   }
   tok->add_bos_ = def.add_bos;
   tok->chat_template_ = std::move(def.chat_template);
+  tok->tool_use_chat_template_ = std::move(def.tool_use_chat_template);
   return tok;
+}
+
+template <typename OnId, typename OnPiece>
+void Tokenizer::ForEachPiece(std::string_view text, AddedTokens added, Scratch* scratch,
+                             OnId&& on_id, OnPiece&& on_piece) const {
+  auto pre_tokenize = [&](std::string_view s) {
+    pre_tokenizer_->Split(s, &scratch->pre, &scratch->pieces);
+    for (std::string_view piece : scratch->pieces) on_piece(piece);
+  };
+  if (added == AddedTokens::kNone) {
+    if (nfc_ && NormalizeNfc(text, &scratch->normalized)) text = scratch->normalized;
+    pre_tokenize(text);
+    return;
+  }
+  const bool parse_special = added == AddedTokens::kAll;
+  // Tokens matched on raw text first; the text between them is normalized, then cut around the
+  // tokens matched on normalized text (HF's order).
+  added_->Split(text, /*normalized_pass=*/false, parse_special, &scratch->raw_segments);
+  for (const AddedVocab::Segment& seg : scratch->raw_segments) {
+    if (seg.id >= 0) {
+      on_id(seg.id);
+      continue;
+    }
+    std::string_view segment = text.substr(seg.begin, seg.end - seg.begin);
+    if (nfc_ && NormalizeNfc(segment, &scratch->normalized)) segment = scratch->normalized;
+    if (!added_->HasTokens(/*normalized_pass=*/true)) {
+      pre_tokenize(segment);
+      continue;
+    }
+    added_->Split(segment, /*normalized_pass=*/true, parse_special, &scratch->normalized_segments);
+    for (const AddedVocab::Segment& n : scratch->normalized_segments) {
+      if (n.id >= 0) {
+        on_id(n.id);
+      } else {
+        pre_tokenize(segment.substr(n.begin, n.end - n.begin));
+      }
+    }
+  }
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 8);
   Scratch scratch;
-  // Tokens matched on raw text first; the text between them is normalized, then cut around the
-  // tokens matched on normalized text (HF's order).
-  added_->Split(text, /*normalized_pass=*/false, parse_special, &scratch.raw_segments);
-  for (const AddedVocab::Segment& seg : scratch.raw_segments) {
-    if (seg.id >= 0) {
-      ids.push_back(seg.id);
-      continue;
-    }
-    std::string_view segment = text.substr(seg.begin, seg.end - seg.begin);
-    if (nfc_ && NormalizeNfc(segment, &scratch.normalized)) segment = scratch.normalized;
-    EncodeSegment(segment, parse_special, &scratch, &ids);
-  }
+  ForEachPiece(
+      text, parse_special ? AddedTokens::kAll : AddedTokens::kNonSpecial, &scratch,
+      [&](int32_t id) { ids.push_back(id); },
+      [&](std::string_view piece) { model_->Encode(piece, &ids); });
   return ids;
 }
 
-std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const PromptSegment> segments) const {
-  std::vector<int32_t> ids;
-  Scratch scratch;
+std::vector<Tokenizer::PromptPart> Tokenizer::SplitPrompt(
+    std::span<const PromptSegment> segments) const {
+  std::vector<PromptPart> parts;
   std::string run;  // plain text since the last added token
   auto flush_run = [&] {
-    if (run.empty()) return;
-    std::string_view text = run;
-    if (nfc_ && NormalizeNfc(text, &scratch.normalized)) text = scratch.normalized;
-    EncodeText(text, &scratch, &ids);
+    if (!run.empty()) parts.push_back({-1, std::move(run)});
     run.clear();
   };
   std::vector<AddedVocab::Segment> raw_cuts, cuts;
@@ -106,7 +136,7 @@ std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const PromptSegment> se
     for (const AddedVocab::Segment& raw : raw_cuts) {
       if (raw.id >= 0) {
         flush_run();
-        ids.push_back(raw.id);
+        parts.push_back({raw.id, {}});
         continue;
       }
       std::string_view piece(trusted.data() + raw.begin, raw.end - raw.begin);
@@ -114,7 +144,7 @@ std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const PromptSegment> se
       for (const AddedVocab::Segment& cut : cuts) {
         if (cut.id >= 0) {
           flush_run();
-          ids.push_back(cut.id);
+          parts.push_back({cut.id, {}});
         } else {
           run.append(piece, cut.begin, cut.end - cut.begin);
         }
@@ -122,29 +152,124 @@ std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const PromptSegment> se
     }
   }
   flush_run();
+  return parts;
+}
+
+std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const PromptSegment> segments,
+                                               ThreadPool* pool) const {
+  // Below this much text, handing work to other threads costs more than it saves.
+  constexpr size_t kParallelMinBytes = 32 << 10;
+  const std::vector<PromptPart> parts = SplitPrompt(segments);
+  size_t bytes = 0;
+  for (const PromptPart& part : parts) bytes += part.text.size();
+  if (pool != nullptr && pool->num_threads() > 1 && bytes >= kParallelMinBytes) {
+    return EncodeParts(parts, *pool);
+  }
+  std::vector<int32_t> ids;
+  Scratch scratch;
+  for (const PromptPart& part : parts) {
+    if (part.id >= 0) {
+      ids.push_back(part.id);
+    } else {
+      ForEachPiece(
+          part.text, AddedTokens::kNone, &scratch, [&](int32_t id) { ids.push_back(id); },
+          [&](std::string_view piece) { model_->Encode(piece, &ids); });
+    }
+  }
   return ids;
 }
 
-void Tokenizer::EncodeSegment(std::string_view text, bool parse_special, Scratch* scratch,
-                              std::vector<int32_t>* ids) const {
-  if (!added_->HasTokens(/*normalized_pass=*/true)) {
-    EncodeText(text, scratch, ids);
-    return;
+// Two parallel loops. First, every plain run is walked (normalization, pre-tokenization) on its
+// own thread, largest first; short runs are BPE-encoded right there, long
+// ones keep their pieces, cut into chunks of about kChunkBytes. Second, the chunks are
+// BPE-encoded concurrently. Each step calls exactly what Encode calls on the same text, so the ids
+// are Encode's.
+std::vector<int32_t> Tokenizer::EncodeParts(const std::vector<PromptPart>& parts,
+                                            ThreadPool& pool) const {
+  constexpr size_t kChunkBytes = 16 << 10;  // a task of roughly a millisecond
+  struct RunWork {
+    std::vector<int32_t> ids;  // a short run's encoding
+    // A long run: its added tokens (id >= 0) and pieces, in order, and where each chunk starts.
+    std::vector<std::pair<int32_t, std::string_view>> items;
+    std::vector<size_t> chunk_starts;
+    std::deque<std::string> copies;  // pieces that viewed a thread's scratch buffers
+  };
+  std::vector<size_t> runs;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].id < 0) runs.push_back(i);
   }
-  added_->Split(text, /*normalized_pass=*/true, parse_special, &scratch->normalized_segments);
-  for (const AddedVocab::Segment& seg : scratch->normalized_segments) {
-    if (seg.id >= 0) {
-      ids->push_back(seg.id);
-    } else {
-      EncodeText(text.substr(seg.begin, seg.end - seg.begin), scratch, ids);
+  std::stable_sort(runs.begin(), runs.end(),
+                   [&](size_t a, size_t b) { return parts[a].text.size() > parts[b].text.size(); });
+  std::vector<RunWork> work(parts.size());
+  std::vector<Scratch> scratch(static_cast<size_t>(pool.num_threads()));
+  pool.ParallelFor(static_cast<int64_t>(runs.size()), [&](int thread, int64_t task) {
+    const std::string& text = parts[runs[static_cast<size_t>(task)]].text;
+    RunWork& w = work[runs[static_cast<size_t>(task)]];
+    Scratch* s = &scratch[static_cast<size_t>(thread)];
+    if (text.size() <= kChunkBytes) {
+      w.ids.reserve(text.size() / 3 + 8);
+      ForEachPiece(
+          text, AddedTokens::kNone, s, [&](int32_t id) { w.ids.push_back(id); },
+          [&](std::string_view piece) { model_->Encode(piece, &w.ids); });
+      return;
+    }
+    const char* begin = text.data();
+    const char* end = begin + text.size();
+    size_t chunk_bytes = 0;
+    w.chunk_starts.push_back(0);
+    ForEachPiece(
+        text, AddedTokens::kNone, s,
+        [&](int32_t id) { w.items.emplace_back(id, std::string_view()); },
+        [&](std::string_view piece) {
+          if (piece.data() < begin || piece.data() + piece.size() > end) {
+            piece = w.copies.emplace_back(piece);
+          }
+          w.items.emplace_back(-1, piece);
+          chunk_bytes += piece.size();
+          if (chunk_bytes >= kChunkBytes) {
+            w.chunk_starts.push_back(w.items.size());
+            chunk_bytes = 0;
+          }
+        });
+  });
+
+  struct Chunk {
+    size_t part, begin, end;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const RunWork& w = work[i];
+    for (size_t c = 0; c < w.chunk_starts.size(); ++c) {
+      const size_t end = c + 1 < w.chunk_starts.size() ? w.chunk_starts[c + 1] : w.items.size();
+      if (w.chunk_starts[c] < end) chunks.push_back({i, w.chunk_starts[c], end, {}});
     }
   }
-}
+  pool.ParallelFor(static_cast<int64_t>(chunks.size()), [&](int, int64_t c) {
+    Chunk& chunk = chunks[static_cast<size_t>(c)];
+    const auto& items = work[chunk.part].items;
+    for (size_t k = chunk.begin; k < chunk.end; ++k) {
+      if (items[k].first >= 0) {
+        chunk.ids.push_back(items[k].first);
+      } else {
+        model_->Encode(items[k].second, &chunk.ids);
+      }
+    }
+  });
 
-void Tokenizer::EncodeText(std::string_view text, Scratch* scratch,
-                           std::vector<int32_t>* ids) const {
-  pre_tokenizer_->Split(text, &scratch->pre, &scratch->pieces);
-  for (std::string_view piece : scratch->pieces) model_->Encode(piece, ids);
+  std::vector<int32_t> ids;
+  size_t next_chunk = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].id >= 0) {
+      ids.push_back(parts[i].id);
+      continue;
+    }
+    ids.insert(ids.end(), work[i].ids.begin(), work[i].ids.end());
+    for (; next_chunk < chunks.size() && chunks[next_chunk].part == i; ++next_chunk) {
+      ids.insert(ids.end(), chunks[next_chunk].ids.begin(), chunks[next_chunk].ids.end());
+    }
+  }
+  return ids;
 }
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {

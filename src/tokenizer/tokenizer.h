@@ -19,6 +19,10 @@
 #include "tokenizer/bpe.h"
 #include "tokenizer/pre_tokenizer.h"
 
+namespace dinfer {
+class ThreadPool;
+}
+
 namespace dinfer::tokenizer {
 
 // What a GGUF file's tokenizer.* metadata holds; the model loader fills it.
@@ -30,8 +34,9 @@ struct GgufTokenizerSpec {
                                      // 6 byte; empty: all normal
   std::vector<std::string> merges;   // tokenizer.ggml.merges ("a b")
   std::optional<int32_t> bos_id, eos_id, eot_id, unk_id, pad_id;
-  bool add_bos = false;  // tokenizer.ggml.add_bos_token
-  std::string chat_template;
+  bool add_bos = false;                // tokenizer.ggml.add_bos_token
+  std::string chat_template;           // tokenizer.chat_template
+  std::string tool_use_chat_template;  // tokenizer.chat_template.tool_use
 };
 
 // Everything a Tokenizer is built from, whatever the file format; the loaders fill it.
@@ -48,6 +53,8 @@ struct TokenizerDefinition {
   std::vector<int32_t> eos_ids;
   bool add_bos = false;
   std::string chat_template;
+  // HF's named "tool_use" template (apply_chat_template takes it when tools are given).
+  std::string tool_use_chat_template;
 };
 
 class Tokenizer {
@@ -56,7 +63,9 @@ class Tokenizer {
   static StatusOr<std::unique_ptr<Tokenizer>> FromTokenizerJson(
       std::string_view json_text, std::string_view tokenizer_config_json);
   // A directory holding tokenizer.json, or the tokenizer.json file itself; tokenizer_config.json,
-  // generation_config.json (more eos ids) and chat_template.jinja beside it are read if present.
+  // generation_config.json (more eos ids), chat_template.jinja and
+  // additional_chat_templates/tool_use.jinja beside it are read if present (the template files
+  // win over tokenizer_config.json's chat_template, as in transformers).
   static StatusOr<std::unique_ptr<Tokenizer>> FromTokenizerJsonFile(const std::string& dir_or_file);
   static StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufTokenizerSpec& spec);
   // What both loaders end with; also for tests and tokenizers assembled in code.
@@ -71,7 +80,12 @@ class Tokenizer {
   // reference prompt encoding does, so no request text can become a control token. The plain
   // text between added tokens is encoded as one run, so the ids equal Encode(concatenation)
   // whenever untrusted text holds no added token's text.
-  std::vector<int32_t> EncodeSegments(std::span<const PromptSegment> segments) const;
+  // With a pool, large prompts are encoded in parallel with the same result: the runs between
+  // added tokens are pre-tokenized concurrently, and the pieces of long runs are cut into
+  // chunks whose BPE runs concurrently. Calls sharing a pool take turns (ThreadPool runs one loop
+  // at a time).
+  std::vector<int32_t> EncodeSegments(std::span<const PromptSegment> segments,
+                                      ThreadPool* pool = nullptr) const;
   // Unknown ids are skipped; ill-formed UTF-8 in the joined bytes becomes U+FFFD.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
   // The raw bytes a token stands for (empty for an unknown id).
@@ -85,13 +99,28 @@ class Tokenizer {
   bool add_bos() const { return add_bos_; }
   bool IsSpecial(int32_t id) const;
   const std::string& chat_template() const { return chat_template_; }
+  // The template for requests with tools, when the checkpoint names one "tool_use" (else empty).
+  const std::string& tool_use_chat_template() const { return tool_use_chat_template_; }
 
  private:
   struct Scratch;
   Tokenizer() = default;
-  void EncodeText(std::string_view text, Scratch* scratch, std::vector<int32_t>* ids) const;
-  void EncodeSegment(std::string_view text, bool parse_special, Scratch* scratch,
-                     std::vector<int32_t>* ids) const;
+  // Walks `text` as Encode does: on_id(id) for each added token matched, on_piece(piece) for each
+  // pre-token BPE must encode, in order. Pieces may view scratch buffers, valid during the call.
+  // Which added tokens a walk matches: all, the non-special ones (special-token text is plain),
+  // or none (the text is normalized and pre-tokenized as a whole).
+  enum class AddedTokens { kAll, kNonSpecial, kNone };
+  template <typename OnId, typename OnPiece>
+  void ForEachPiece(std::string_view text, AddedTokens added, Scratch* scratch, OnId&& on_id,
+                    OnPiece&& on_piece) const;
+  // The text between the added tokens of a rendered prompt, and those tokens: each part is a
+  // run of plain text (id < 0) or one added token.
+  struct PromptPart {
+    int32_t id = -1;
+    std::string text;
+  };
+  std::vector<PromptPart> SplitPrompt(std::span<const PromptSegment> segments) const;
+  std::vector<int32_t> EncodeParts(const std::vector<PromptPart>& parts, ThreadPool& pool) const;
 
   std::unique_ptr<AddedVocab> added_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
@@ -103,6 +132,7 @@ class Tokenizer {
   std::vector<int32_t> eos_ids_;
   bool add_bos_ = false;
   std::string chat_template_;
+  std::string tool_use_chat_template_;
 };
 
 // Streams decoded text: Push returns only complete UTF-8; a multi-byte sequence split across

@@ -319,15 +319,20 @@ Status ParseConfig(std::string_view text, const std::string& file, TokenizerDefi
     if (tmpl->is_string()) {
       def->chat_template = std::string(tmpl->get_string());
     } else if (tmpl->is_array()) {
-      // [{"name": "default", "template": ...}, {"name": "tool_use", ...}]: take the default one.
+      // [{"name": "default", "template": ...}, {"name": "tool_use", ...}]: the default one (else
+      // the first), and the tool_use one.
+      bool have_default = false;
       for (const json::value& entry : tmpl->get_array()) {
         if (!entry.is_object()) continue;
         const json::value* name = Field(entry.get_object(), "name");
         const json::value* body = Field(entry.get_object(), "template");
         if (!body || !body->is_string()) continue;
-        const bool is_default = name && name->is_string() && name->get_string() == "default";
-        if (is_default || def->chat_template.empty()) def->chat_template = body->get_string();
-        if (is_default) break;
+        const std::string_view n = name && name->is_string() ? name->get_string() : "";
+        if (n == "tool_use") def->tool_use_chat_template = body->get_string();
+        if (n == "default" || (!have_default && def->chat_template.empty())) {
+          def->chat_template = body->get_string();
+          have_default = n == "default";
+        }
       }
     } else {
       return DataLoss("{}: 'chat_template' must be a string or a list of templates", file);
@@ -353,10 +358,16 @@ Status ParseGenerationConfig(std::string_view text, const std::string& file,
   return OkStatus();
 }
 
+// Template files beside tokenizer.json (empty when absent).
+struct TemplateFiles {
+  std::string default_template;  // chat_template.jinja
+  std::string tool_use;          // additional_chat_templates/tool_use.jinja
+};
+
 StatusOr<std::unique_ptr<Tokenizer>> Load(std::string_view tokenizer_json,
                                           std::string_view config_json,
                                           std::string_view generation_json,
-                                          std::string chat_template_file, const Sources& files) {
+                                          TemplateFiles template_files, const Sources& files) {
   TokenizerDefinition def;
   {
     DINFER_ASSIGN_OR_RETURN(json::value value, Parse(tokenizer_json, files.tokenizer));
@@ -389,7 +400,13 @@ StatusOr<std::unique_ptr<Tokenizer>> Load(std::string_view tokenizer_json,
   if (!generation_json.empty()) {
     DINFER_RETURN_IF_ERROR(ParseGenerationConfig(generation_json, files.generation, &def));
   }
-  if (def.chat_template.empty()) def.chat_template = std::move(chat_template_file);
+  // Template files take priority over the config's entries, as in transformers.
+  if (!template_files.default_template.empty()) {
+    def.chat_template = std::move(template_files.default_template);
+  }
+  if (!template_files.tool_use.empty()) {
+    def.tool_use_chat_template = std::move(template_files.tool_use);
+  }
   auto tokenizer = Tokenizer::Build(std::move(def));
   if (!tokenizer.ok()) return tokenizer.status().WithContext(files.tokenizer + ": ");
   return tokenizer;
@@ -421,8 +438,11 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromTokenizerJsonFile(
   DINFER_ASSIGN_OR_RETURN(std::string text, ReadFileToString(files.tokenizer));
   DINFER_ASSIGN_OR_RETURN(std::string config, ReadOptional(files.config));
   DINFER_ASSIGN_OR_RETURN(std::string generation, ReadOptional(files.generation));
-  DINFER_ASSIGN_OR_RETURN(std::string chat_template, ReadOptional(dir / "chat_template.jinja"));
-  return Load(text, config, generation, std::move(chat_template), files);
+  TemplateFiles templates;
+  DINFER_ASSIGN_OR_RETURN(templates.default_template, ReadOptional(dir / "chat_template.jinja"));
+  DINFER_ASSIGN_OR_RETURN(templates.tool_use,
+                          ReadOptional(dir / "additional_chat_templates" / "tool_use.jinja"));
+  return Load(text, config, generation, std::move(templates), files);
 }
 
 }  // namespace dinfer::tokenizer

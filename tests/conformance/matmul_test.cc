@@ -99,6 +99,16 @@ void RandomRow(DType t, int64_t k, std::mt19937& rng, uint8_t* row) {
         d = RandomHalf(rng, 0.0005f);
         std::memcpy(blk + 208, &d, 2);
         break;
+      case DType::kF8E4M3B32: {
+        const float scale = std::ldexp(1.0f, -12 + static_cast<int>(rng() % 4));
+        std::memcpy(blk, &scale, 4);
+        // e4m3fn has NaN at 0x7f and 0xff only.
+        for (int i = 4; i < 36; ++i) blk[i] = (blk[i] & 0x7f) == 0x7f ? 0x7e : blk[i];
+        break;
+      }
+      case DType::kMxfp4:
+        blk[0] = static_cast<uint8_t>(118 + rng() % 4);  // 2^-9 .. 2^-6, not the NaN code
+        break;
       default:
         break;
     }
@@ -178,8 +188,9 @@ Expected MakeExpected(const Problem& p) {
   MatmulQuantizedActivationsReference(p.Params(e.quantized.data(), false, nullptr));
   e.tight.assign(p.m * p.n, 0.0);
   e.loose.assign(p.m * p.n, 0.0);
-  const int64_t block =
-      IsQuantized(p.type) ? (ActFormatFor(p.type) == ActFormat::kQ8x256 ? 256 : 32) : 1;
+  const int64_t block = IsQuantized(p.type) && HasActFormat(p.type)
+                            ? (ActFormatFor(p.type) == ActFormat::kQ8x256 ? 256 : 32)
+                            : 1;
   for (int64_t r = 0; r < p.m; ++r) {
     const float* x = p.x.data() + r * p.x_stride;
     for (int64_t j = 0; j < p.n; ++j) {
@@ -201,8 +212,9 @@ Expected MakeExpected(const Problem& p) {
   return e;
 }
 
-constexpr DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                            DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+constexpr DType kTypes[] = {DType::kF32,       DType::kF16,  DType::kBF16, DType::kQ8_0,
+                            DType::kQ4_0,      DType::kQ4_1, DType::kQ4_K, DType::kQ6_K,
+                            DType::kF8E4M3B32, DType::kMxfp4};
 
 class MatmulTest : public ::testing::TestWithParam<DType> {};
 

@@ -101,7 +101,8 @@ TEST(QuantTest, RoundTripError) {
     double rel_rms;
   } cases[] = {{DType::kF32, 0.0},   {DType::kF16, 1e-3},  {DType::kBF16, 4e-3},
                {DType::kQ8_0, 0.01}, {DType::kQ4_0, 0.12}, {DType::kQ4_1, 0.1},
-               {DType::kQ4_K, 0.12}, {DType::kQ6_K, 0.04}};
+               {DType::kQ4_K, 0.12}, {DType::kQ6_K, 0.04}, {DType::kF8E4M3B32, 0.04},
+               {DType::kMxfp4, 0.2}};
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(DTypeName(c.type)));
     std::vector<uint8_t> q(RowBytes(c.type, n));
@@ -122,7 +123,8 @@ TEST(QuantTest, RoundTripError) {
 TEST(QuantTest, QuantizedZerosStayZero) {
   const int64_t n = 512;
   std::vector<float> x(n, 0.0f), back(n, 1.0f);
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K,
+                  DType::kF8E4M3B32, DType::kMxfp4}) {
     std::vector<uint8_t> q(RowBytes(t, n));
     QuantizeRowReference(t, x.data(), q.data(), n);
     DequantizeRow(t, q.data(), back.data(), n);

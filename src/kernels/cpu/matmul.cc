@@ -228,6 +228,11 @@ Resolved Resolve(const MatmulParams& p) {
           p.x_stride > 0 ? p.x_stride : p.k, p.y_stride > 0 ? p.y_stride : p.n};
 }
 
+// Whether the product runs on 8-bit activations; otherwise quantized weights are dequantized.
+bool QuantizedActivations(const MatmulParams& p) {
+  return IsQuantized(p.w_dtype) && !p.f32_activations && HasActFormat(p.w_dtype);
+}
+
 void ZeroOutputs(const MatmulParams& p, const Resolved& s) {
   if (p.accumulate) return;
   for (int64_t r = 0; r < p.m; ++r) std::fill_n(p.y + r * s.y_stride, p.n, 0.0f);
@@ -250,6 +255,8 @@ bool MatmulSupports(DType t) {
     case DType::kQ4_1:
     case DType::kQ4_K:
     case DType::kQ6_K:
+    case DType::kF8E4M3B32:
+    case DType::kMxfp4:
       return true;
     default:
       return false;
@@ -263,8 +270,8 @@ void MatmulShared(std::span<const MatmulParams> ps) {
   const MatmulParams& p0 = ps[0];
   bool shared = true;
   for (const MatmulParams& p : ps) {
-    const bool q0 = IsQuantized(p0.w_dtype) && !p0.f32_activations;
-    const bool q = IsQuantized(p.w_dtype) && !p.f32_activations;
+    const bool q0 = QuantizedActivations(p0);
+    const bool q = QuantizedActivations(p);
     shared = shared && ValidShape(p) && p.x == p0.x && p.m == p0.m && p.k == p0.k &&
              Resolve(p).x_stride == Resolve(p0).x_stride && p.pool == p0.pool && q == q0 &&
              (!q || ActFormatFor(p.w_dtype) == ActFormatFor(p0.w_dtype));
@@ -283,7 +290,7 @@ void MatmulShared(std::span<const MatmulParams> ps) {
     for (const MatmulParams& p : ps) ZeroOutputs(p, Resolve(p));
     return;
   }
-  if (!IsQuantized(p0.w_dtype) || p0.f32_activations) {
+  if (!QuantizedActivations(p0)) {
     base.x = reinterpret_cast<const uint8_t*>(p0.x);
     base.x_stride = s0.x_stride * static_cast<int64_t>(sizeof(float));
   } else {
@@ -320,7 +327,7 @@ void MatmulShared(std::span<const MatmulParams> ps) {
     t.y_stride = s.y_stride;
     t.cols = p.n;
     t.accumulate = p.accumulate;
-    const bool dequantize = IsQuantized(p.w_dtype) && p.f32_activations;
+    const bool dequantize = IsQuantized(p.w_dtype) && !QuantizedActivations(p);
     const DType kernel_type = dequantize ? DType::kF32 : p.w_dtype;
     PlanTiles(t, threads, parallel, kernels.tile[static_cast<int>(kernel_type)],
               dequantize ? p.w_dtype : DType::kF32, &tasks);
@@ -345,7 +352,7 @@ void MatmulReference(const MatmulParams& p) {
 
 void MatmulQuantizedActivationsReference(const MatmulParams& p) {
   if (!ValidShape(p)) return;
-  if (!IsQuantized(p.w_dtype)) return MatmulReference(p);
+  if (!IsQuantized(p.w_dtype) || !HasActFormat(p.w_dtype)) return MatmulReference(p);
   const Resolved s = Resolve(p);
   const ActFormat format = ActFormatFor(p.w_dtype);
   const int64_t row_bytes = ActRowBytes(format, p.k);

@@ -32,13 +32,15 @@ struct MatmulParams {
   ThreadPool* pool = nullptr;  // null: run on the calling thread
 };
 
-// Weight types Matmul handles: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k.
+// Weight types Matmul handles: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k, f8_e4m3_b32, mxfp4.
 bool MatmulSupports(DType w_dtype);
 
 // Fast path. Callers validate shapes and dtypes: for an unsupported w_dtype, or a k that is not a
 // multiple of BlockSize(w_dtype), Matmul writes nothing. f32/f16/bf16 weights are converted on
-// the fly and accumulated in f32. For quantized weights the rows of x are first quantized to
+// the fly and accumulated in f32. For GGUF-quantized weights the rows of x are first quantized to
 // 8 bits (ActFormatFor(w_dtype), see quant.h) and dotted in integer arithmetic; x must be finite.
+// FP8 and FP4 weights (f8_e4m3_b32, mxfp4) are dequantized a few rows at a time and multiplied
+// with f32 activations, as quantized weights are when f32_activations is set.
 void Matmul(const MatmulParams& p);
 
 // Several products of the same activations (q/k/v, or gate/up): x is quantized once and every
@@ -51,8 +53,8 @@ void MatmulShared(std::span<const MatmulParams> ps);
 void MatmulReference(const MatmulParams& p);
 
 // What Matmul computes for quantized weights, exactly: x quantized as Matmul does, integer dot
-// products per block, scales applied and summed in double. Equals MatmulReference for
-// f32 / f16 / bf16 weights.
+// products per block, scales applied and summed in double. Equals MatmulReference for weights
+// without an 8-bit activation path (f32 / f16 / bf16, f8_e4m3_b32, mxfp4).
 void MatmulQuantizedActivationsReference(const MatmulParams& p);
 
 }  // namespace dinfer::kernels::cpu

@@ -27,7 +27,7 @@ using TileFn = void (*)(const Tile& t);
 // QuantizeActRowReference does.
 using QuantizeActsFn = void (*)(ActFormat format, const float* x, void* dst, int64_t k);
 
-inline constexpr int kNumDTypes = 10;
+inline constexpr int kNumDTypes = 15;
 
 struct KernelSet {
   TileFn tile[kNumDTypes] = {};  // indexed by DType; null where unsupported

@@ -26,11 +26,24 @@ DINFER_MULTIVERSION void RmsNormRow(const float* x, const float* w, float* out, 
   double ss = 0.0;
   for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(x[i]) * x[i];
   const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(dim)) + eps);
+  if (w == nullptr) {
+    for (int64_t i = 0; i < dim; ++i) out[i] = x[i] * inv;
+    return;
+  }
   for (int64_t i = 0; i < dim; ++i) out[i] = (x[i] * inv) * (w[i] + offset);
 }
 
 DINFER_MULTIVERSION void SiluMulRow(const float* g, const float* u, float* o, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+DINFER_MULTIVERSION void SiluMulClampRow(const float* g, const float* u, float* o, int64_t n,
+                                         float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = std::min(g[i], limit);
+    const float ui = std::clamp(u[i], -limit, limit);
+    o[i] = gi / (1.0f + std::exp(-gi)) * ui;
+  }
 }
 
 inline const float* KvRow(const float* cache, const int32_t* table, int64_t block_size,
@@ -57,8 +70,8 @@ void RmsNormReference(const RmsNormParams& p) {
     for (int64_t i = 0; i < p.dim; ++i) ss += double{p.x[r * xs + i]} * p.x[r * xs + i];
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(p.dim) + p.eps);
     for (int64_t i = 0; i < p.dim; ++i) {
-      p.out[r * os + i] =
-          static_cast<float>(p.x[r * xs + i] * inv * (p.weight[i] + p.weight_offset));
+      const double w = p.weight != nullptr ? p.weight[i] + p.weight_offset : 1.0;
+      p.out[r * os + i] = static_cast<float>(p.x[r * xs + i] * inv * w);
     }
   }
 }
@@ -73,10 +86,10 @@ void Rope(const RopeParams& p) {
       // Angles in f32 like the reference implementations, which compute pos * inv_freq in f32.
       const float angle = pos * p.inv_freq[i];
       cs[2 * i] = std::cos(angle) * p.attention_scaling;
-      cs[2 * i + 1] = std::sin(angle) * p.attention_scaling;
+      cs[2 * i + 1] = std::sin(angle) * p.attention_scaling * (p.inverse ? -1.0f : 1.0f);
     }
     for (int64_t h = 0; h < p.num_heads; ++h) {
-      float* x = p.x + r * rs + h * p.head_dim;
+      float* x = p.x + r * rs + h * p.head_dim + p.rotary_offset;
       for (int64_t i = 0; i < half; ++i) {
         const int64_t a = p.interleaved ? 2 * i : i;
         const int64_t b = p.interleaved ? 2 * i + 1 : i + half;
@@ -93,12 +106,12 @@ void RopeReference(const RopeParams& p) {
   const int64_t half = p.rotary_dim / 2;
   for (int64_t r = 0; r < p.rows; ++r) {
     for (int64_t h = 0; h < p.num_heads; ++h) {
-      float* x = p.x + r * rs + h * p.head_dim;
+      float* x = p.x + r * rs + h * p.head_dim + p.rotary_offset;
       for (int64_t i = 0; i < half; ++i) {
         const double angle =
             static_cast<double>(static_cast<float>(p.positions[r]) * p.inv_freq[i]);
         const double c = std::cos(angle) * p.attention_scaling;
-        const double s = std::sin(angle) * p.attention_scaling;
+        const double s = std::sin(angle) * p.attention_scaling * (p.inverse ? -1.0 : 1.0);
         const int64_t a = p.interleaved ? 2 * i : i;
         const int64_t b = p.interleaved ? 2 * i + 1 : i + half;
         const double x0 = x[a], x1 = x[b];
@@ -113,8 +126,13 @@ void SiluMul(const SiluMulParams& p) {
   const int64_t gs = p.gate_stride ? p.gate_stride : p.dim;
   const int64_t us = p.up_stride ? p.up_stride : p.dim;
   const int64_t os = p.out_stride ? p.out_stride : p.dim;
-  for (int64_t r = 0; r < p.rows; ++r)
-    SiluMulRow(p.gate + r * gs, p.up + r * us, p.out + r * os, p.dim);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    if (p.limit > 0.0f) {
+      SiluMulClampRow(p.gate + r * gs, p.up + r * us, p.out + r * os, p.dim, p.limit);
+    } else {
+      SiluMulRow(p.gate + r * gs, p.up + r * us, p.out + r * os, p.dim);
+    }
+  }
 }
 
 void AddInPlace(float* y, const float* x, int64_t n) { AddLoop(y, x, n); }

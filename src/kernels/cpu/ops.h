@@ -12,6 +12,7 @@
 namespace dinfer::kernels::cpu {
 
 // out[r] = x[r] / rms(x[r]) * (weight + weight_offset). Gemma-style norms use weight_offset 1.
+// A null weight means none (out = x / rms(x)).
 struct RmsNormParams {
   const float* x = nullptr;
   const float* weight = nullptr;
@@ -23,27 +24,33 @@ struct RmsNormParams {
 };
 void RmsNorm(const RmsNormParams& p);
 
-// Rotary embedding in place on x[rows, num_heads, head_dim], the first rotary_dim dims of each
-// head. inv_freq has rotary_dim/2 entries. interleaved: pairs (2i, 2i+1) (GPT-J / GGUF llama);
-// otherwise pairs (i, i + rotary_dim/2) (GPT-NeoX / HF "rotate_half").
+// Rotary embedding in place on x[rows, num_heads, head_dim], rotary_dim dims of each head from
+// rotary_offset on (the first ones by default; DeepSeek-V4 rotates the last ones). inv_freq has
+// rotary_dim/2 entries. interleaved: pairs (2i, 2i+1) (GPT-J / GGUF llama / DeepSeek-V4);
+// otherwise pairs (i, i + rotary_dim/2) (GPT-NeoX / HF "rotate_half"). inverse rotates by -angle.
 struct RopeParams {
   float* x = nullptr;
   int64_t rows = 0, num_heads = 0, head_dim = 0, rotary_dim = 0;
+  int64_t rotary_offset = 0;
   int64_t row_stride = 0;  // elements between rows; 0 means num_heads*head_dim
   const int32_t* positions = nullptr;
   const float* inv_freq = nullptr;
   float attention_scaling = 1.0f;  // multiplies cos/sin (YaRN-style rope variants)
   bool interleaved = false;
+  bool inverse = false;
 };
 void Rope(const RopeParams& p);
 
 // out[r, i] = silu(gate[r, i]) * up[r, i]. gate and up are the two halves of a row when fused.
+// With limit > 0 (DeepSeek-V4's SwiGLU clamp), gate is first capped at limit and up clamped to
+// [-limit, limit].
 struct SiluMulParams {
   const float* gate = nullptr;
   const float* up = nullptr;
   float* out = nullptr;
   int64_t rows = 0, dim = 0;
   int64_t gate_stride = 0, up_stride = 0, out_stride = 0;  // 0 means dim
+  float limit = 0.0f;
 };
 void SiluMul(const SiluMulParams& p);
 

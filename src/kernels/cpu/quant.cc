@@ -253,6 +253,12 @@ void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {
       return DequantizeQ4_K(static_cast<const BlockQ4_K*>(src), dst, n / kQKK);
     case DType::kQ6_K:
       return DequantizeQ6_K(static_cast<const BlockQ6_K*>(src), dst, n / kQKK);
+    case DType::kI8:
+    case DType::kF8E4M3:
+    case DType::kF8E8M0:
+    case DType::kF8E4M3B32:
+    case DType::kMxfp4:
+      return internal::DequantizeFp8Row(type, src, dst, n);
     case DType::kI32:
     case DType::kI64:
       break;
@@ -285,9 +291,24 @@ void QuantizeRowReference(DType type, const float* src, void* dst, int64_t n) {
       return QuantizeQ4_K(src, static_cast<BlockQ4_K*>(dst), n / kQKK);
     case DType::kQ6_K:
       return QuantizeQ6_K(src, static_cast<BlockQ6_K*>(dst), n / kQKK);
-    case DType::kI32:
-    case DType::kI64:
+    case DType::kF8E4M3B32:
+    case DType::kMxfp4:
+      return internal::QuantizeFp8RowReference(type, src, dst, n);
+    default:
       break;
+  }
+}
+
+bool HasActFormat(DType weight_type) {
+  switch (weight_type) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
   }
 }
 

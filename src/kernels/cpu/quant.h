@@ -48,16 +48,52 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
 
+// ---- DeepSeek-V4's FP8 and FP4 weights, as the kernels read them ----
+// Checkpoints store e4m3fn weights with UE8M0 (or f32) scales per block of rows x columns, and FP4
+// experts as two e2m1 codes per byte with a UE8M0 scale per 32 inputs, each in a tensor of its own.
+// Loading repacks them into these self-contained row blocks without changing a value.
+struct BlockF8E4M3B32 {  // kF8E4M3B32: value = E4M3ToF32(qs[l]) * d
+  float d;
+  uint8_t qs[kQK];
+};
+struct BlockMxfp4 {  // kMxfp4: element 2j is the low nibble of qs[j], 2j + 1 the high nibble;
+  uint8_t e;         // value = E2M1ToF32(code) * E8M0ToF32(e)
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockF8E4M3B32) == 36 && sizeof(BlockMxfp4) == 17);
+
+float E4M3ToF32(uint8_t bits);  // float8 e4m3fn (NaN for 0x7f / 0xff)
+float E8M0ToF32(uint8_t bits);  // 2^(bits - 127); NaN for 0xff
+float E2M1ToF32(uint8_t code);  // the low 4 bits: sign, 2 exponent bits, 1 mantissa bit
+
+// FP8 weight [rows, cols] of e4m3fn bytes, scales [ceil(rows / block_rows), ceil(cols /
+// block_cols)] as f32 values -> rows of kF8E4M3B32 (cols / 32 blocks each). block_cols must be a
+// multiple of 32.
+void RepackF8E4M3(const uint8_t* w, const float* scales, int64_t rows, int64_t cols,
+                  int64_t block_rows, int64_t block_cols, BlockF8E4M3B32* out);
+// FP4 weight [rows, cols / 2] bytes, scales [rows, cols / 32] as f32 values -> rows of kMxfp4.
+// Returns false (having written part of out) when a scale is not a power of two UE8M0 can hold.
+bool RepackMxfp4(const uint8_t* w, const float* scales, int64_t rows, int64_t cols,
+                 BlockMxfp4* out);
+
+namespace internal {
+// DequantizeRow and QuantizeRowReference for i8, f8_e4m3, f8_e8m0, f8_e4m3_b32 and mxfp4.
+void DequantizeFp8Row(DType type, const void* src, float* dst, int64_t n);
+void QuantizeFp8RowReference(DType type, const float* src, void* dst, int64_t n);
+}  // namespace internal
+
 // Unpacks the 6-bit scales and mins of a Q4_K block.
 void UnpackQ4KScales(const uint8_t packed[12], uint8_t sc[8], uint8_t mn[8]);
 
-// dst[0, n) = the values of src, for every dtype except the integer ones; n must be a multiple
-// of BlockSize(type).
+// dst[0, n) = the values of src, for every dtype except i32 and i64; n must be a multiple of
+// BlockSize(type).
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 
 // Quantizes n floats into RowBytes(type, n) bytes, rounding as ggml's reference quantizers (and
 // the gguf Python package) do. Supports f32, f16, bf16, q8_0, q4_0, q4_1, q4_k and q6_k; q4_k and
-// q6_k use a simple max-abs scale search, not ggml's iterative one.
+// q6_k use a simple max-abs scale search, not ggml's iterative one. f8_e4m3_b32 and mxfp4 blocks
+// get the smallest power-of-two scale that fits the block (as DeepSeek's UE8M0 scales) and values
+// rounded to nearest, ties to even.
 void QuantizeRowReference(DType type, const float* src, void* dst, int64_t n);
 
 // ---- Activation formats of the quantized matmul ----
@@ -77,7 +113,10 @@ enum class ActFormat : uint8_t {
   kQ8x256,
 };
 
-ActFormat ActFormatFor(DType weight_type);  // weight_type must be quantized
+// Whether the 8-bit activation kernels handle a quantized weight type (the GGUF block formats);
+// matmuls with other quantized weights dequantize weight rows and multiply in f32.
+bool HasActFormat(DType weight_type);
+ActFormat ActFormatFor(DType weight_type);  // HasActFormat(weight_type) must hold
 int64_t ActRowBytes(ActFormat format, int64_t k);
 
 // Pointers into one quantized activation row.

@@ -66,7 +66,7 @@ class OutputParser::Impl : public ToolCallSink {
       buf_.append(delta);
       Run(/*final=*/false);
     }
-    return std::move(events_);
+    return TakeEvents();
   }
 
   std::vector<OutputEvent> Finish() {
@@ -74,7 +74,7 @@ class OutputParser::Impl : public ToolCallSink {
       Run(/*final=*/true);
       finished_ = true;
     }
-    return std::move(events_);
+    return TakeEvents();
   }
 
   bool stopped() const { return mode_ == Mode::kStopped; }
@@ -99,6 +99,12 @@ class OutputParser::Impl : public ToolCallSink {
 
  private:
   enum class Mode { kStart, kReasoning, kContent, kTool, kStopped };
+
+  std::vector<OutputEvent> TakeEvents() {
+    std::vector<OutputEvent> out;
+    out.swap(events_);
+    return out;
+  }
 
   void Run(bool final) {
     bool progress = true;

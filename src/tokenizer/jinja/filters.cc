@@ -62,6 +62,7 @@ Value Length(const Value& v, const Args&) {
     case Value::Kind::kString:
       return Value::Int(static_cast<int64_t>(CodePointCount(v.text().str())));
     case Value::Kind::kList:
+      if (v.is_generator()) Fail("object of type 'generator' has no len()");
       return Value::Int(static_cast<int64_t>(v.list().items.size()));
     case Value::Kind::kDict:
       return Value::Int(static_cast<int64_t>(v.dict().entries.size()));
@@ -86,6 +87,7 @@ Value First(const Value& v, const Args&) {
 }
 
 Value Last(const Value& v, const Args&) {
+  if (v.is_generator()) Fail("'generator' object is not reversible");
   std::vector<Value> items = Iterate(v);
   return items.empty() ? Value() : items.back();
 }
@@ -223,9 +225,9 @@ Value Round(const Value& v, const Args& args) {
 }
 
 Value Items(const Value& v, const Args&) {
-  if (v.is_undefined()) return Value::List({});
+  if (v.is_undefined()) return Value::Generator({});
   if (!v.is_dict()) Fail("Can only get item pairs from a mapping.");
-  return GetAttr(v, "items").callable().fn(Args());
+  return Value::Generator(GetAttr(v, "items").callable().fn(Args()).list().items);
 }
 
 std::vector<Value> SortedBy(std::vector<Value> items, bool reverse,
@@ -334,12 +336,13 @@ Value SelectImpl(const Value& v, const Args& args, bool select, bool by_attribut
   const std::string test = has_test ? NameArg(args.positional[test_at], "test name") : "";
   const Args test_args = Rest(args, test_at + 1);
   std::vector<Value> out;
+  if (!Truthy(v)) return Value::Generator({});  // Jinja iterates only a true value
   for (const Value& item : Iterate(v)) {
     const Value x = by_attribute ? AttrPath(item, attribute) : item;
     const bool hit = has_test ? CallTest(test, x, test_args) : Truthy(x);
     if (hit == select) out.push_back(item);
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 Value Select(const Value& v, const Args& a) { return SelectImpl(v, a, true, false); }
@@ -349,6 +352,7 @@ Value RejectAttr(const Value& v, const Args& a) { return SelectImpl(v, a, false,
 
 Value Map(const Value& v, const Args& args) {
   std::vector<Value> out;
+  if (!Truthy(v)) return Value::Generator({});  // Jinja iterates only a true value
   const Value& attribute = Arg(args, 99, "attribute", kUndefined);
   if (!attribute.is_undefined()) {
     const Value& fallback = Arg(args, 99, "default", kUndefined);
@@ -357,13 +361,13 @@ Value Map(const Value& v, const Args& args) {
       Value x = AttrPath(item, path);
       out.push_back(x.is_undefined() && !fallback.is_undefined() ? fallback : x);
     }
-    return Value::List(std::move(out));
+    return Value::Generator(std::move(out));
   }
   if (args.positional.empty()) Fail("map requires a filter argument");
   const std::string filter = NameArg(args.positional[0], "filter name");
   const Args filter_args = Rest(args, 1);
   for (const Value& item : Iterate(v)) out.push_back(CallFilter(filter, item, filter_args));
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 // HF's tojson: json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
@@ -604,7 +608,7 @@ bool IsMapping(const Value& v, const Args&) { return v.is_dict(); }
 bool IsIterable(const Value& v, const Args&) {
   return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
 }
-bool IsSequence(const Value& v, const Args& a) { return IsIterable(v, a); }
+bool IsSequence(const Value& v, const Args& a) { return IsIterable(v, a) && !v.is_generator(); }
 bool IsCallable(const Value& v, const Args&) { return v.kind() == Value::Kind::kCallable; }
 bool IsSameAs(const Value& v, const Args& args) {
   const Value& other = TestArg(args);

@@ -489,7 +489,7 @@ Value GetAttr(const Value& obj, std::string_view name) {
     case Value::Kind::kString:
       return StringMethod(obj, name);
     case Value::Kind::kList:
-      return ListMethod(obj, name);
+      return obj.is_generator() ? Value() : ListMethod(obj, name);
     default:
       return Value();
   }
@@ -507,6 +507,7 @@ Value GetItem(const Value& obj, const Value& key) {
       return key.is_string() ? GetAttr(obj, key.text().str()) : Value();
     case Value::Kind::kList:
     case Value::Kind::kString: {
+      if (obj.is_generator()) return Value();
       if (key.is_string()) return GetAttr(obj, key.text().str());
       if (key.kind() != Value::Kind::kInt && key.kind() != Value::Kind::kBool) return Value();
       if (obj.is_list()) {
@@ -530,7 +531,9 @@ Value GetItem(const Value& obj, const Value& key) {
 }
 
 Value Slice(const Value& obj, const Value& start_v, const Value& stop_v, const Value& step_v) {
-  if (!obj.is_list() && !obj.is_string()) Fail("'{}' object is not subscriptable", TypeName(obj));
+  if ((!obj.is_list() && !obj.is_string()) || obj.is_generator()) {
+    Fail("'{}' object is not subscriptable", TypeName(obj));
+  }
   const std::vector<size_t> offsets =
       obj.is_string() ? CodePointOffsets(obj.text().str()) : std::vector<size_t>();
   const int64_t n = obj.is_list() ? static_cast<int64_t>(obj.list().items.size())

@@ -80,7 +80,8 @@ Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
       t.Append(b.text());
       return Value::String(std::move(t));
     }
-    if (a.is_list() && b.is_list() && a.list().tuple == b.list().tuple) {
+    if (a.is_list() && b.is_list() && a.list().tuple == b.list().tuple && !a.is_generator() &&
+        !b.is_generator()) {
       std::vector<Value> items = a.list().items;
       items.insert(items.end(), b.list().items.begin(), b.list().items.end());
       return Value::List(std::move(items), a.list().tuple);
@@ -91,7 +92,8 @@ Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "*") {
     const Value& seq = a.is_number() ? b : a;
     const Value& n = a.is_number() ? a : b;
-    if ((seq.is_string() || seq.is_list()) && n.is_number() && n.kind() != Value::Kind::kFloat) {
+    if ((seq.is_string() || (seq.is_list() && !seq.is_generator())) && n.is_number() &&
+        n.kind() != Value::Kind::kFloat) {
       if (seq.is_string()) {
         Text t;
         for (int64_t i = 0; i < n.int_value(); ++i) t.Append(seq.text());

@@ -71,7 +71,14 @@ Value Value::String(Text t) {
 Value Value::List(std::vector<Value> items, bool tuple) {
   Value v;
   v.kind_ = Kind::kList;
-  v.p_ = std::make_shared<const ListData>(ListData{std::move(items), tuple});
+  v.p_ = std::make_shared<const ListData>(ListData{std::move(items), tuple, false});
+  return v;
+}
+
+Value Value::Generator(std::vector<Value> items) {
+  Value v;
+  v.kind_ = Kind::kList;
+  v.p_ = std::make_shared<const ListData>(ListData{std::move(items), false, true});
   return v;
 }
 
@@ -157,7 +164,7 @@ std::string_view TypeName(const Value& v) {
     case Value::Kind::kString:
       return "str";
     case Value::Kind::kList:
-      return v.list().tuple ? "tuple" : "list";
+      return v.list().generator ? "generator" : v.list().tuple ? "tuple" : "list";
     case Value::Kind::kDict:
       return "dict";
     case Value::Kind::kNamespace:
@@ -182,7 +189,7 @@ bool Truthy(const Value& v) {
     case Value::Kind::kString:
       return !v.text().empty();
     case Value::Kind::kList:
-      return !v.list().items.empty();
+      return v.list().generator || !v.list().items.empty();
     case Value::Kind::kDict:
       return !v.dict().entries.empty();
     case Value::Kind::kNamespace:
@@ -208,6 +215,7 @@ bool Equal(const Value& a, const Value& b) {
       return a.text().str() == b.text().str();
     case Value::Kind::kList: {
       const ListData &x = a.list(), &y = b.list();
+      if (x.generator || y.generator) return a.identity() == b.identity();
       if (x.tuple != y.tuple || x.items.size() != y.items.size()) return false;
       for (size_t i = 0; i < x.items.size(); ++i) {
         if (!Equal(x.items[i], y.items[i])) return false;
@@ -236,7 +244,8 @@ bool Less(const Value& a, const Value& b) {
     return a.int_value() < b.int_value();
   }
   if (a.is_string() && b.is_string()) return a.text().str() < b.text().str();
-  if (a.is_list() && b.is_list() && a.list().tuple == b.list().tuple) {
+  if (a.is_list() && b.is_list() && a.list().tuple == b.list().tuple && !a.is_generator() &&
+      !b.is_generator()) {
     const auto &x = a.list().items, &y = b.list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (!Equal(x[i], y[i])) return Less(x[i], y[i]);
@@ -331,6 +340,11 @@ void ReprInto(const Value& v, std::string* out, bool* trusted) {
       return;
     case Value::Kind::kList: {
       const ListData& l = v.list();
+      if (l.generator) {
+        *out += "<generator object>";
+        *trusted = false;
+        return;
+      }
       *out += l.tuple ? '(' : '[';
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i > 0) *out += ", ";
@@ -437,6 +451,7 @@ struct JsonWriter {
         JsonString(v.text().str(), &out);
         return;
       case Value::Kind::kList: {
+        if (v.is_generator()) Fail("Object of type generator is not JSON serializable");
         const auto& items = v.list().items;
         if (items.empty()) {
           out += "[]";

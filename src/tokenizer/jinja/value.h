@@ -43,6 +43,9 @@ struct Args {
 struct ListData {
   std::vector<Value> items;
   bool tuple = false;  // only repr() tells them apart
+  // What Jinja's map/select/... filters return: a Python generator, which iterates like a list
+  // but is always true, has no len(), no items by index and no JSON form.
+  bool generator = false;
 };
 
 // Insertion-ordered string-keyed dictionary (JSON objects, dict literals, namespaces).
@@ -81,6 +84,7 @@ class Value {
   static Value String(Text t);
   static Value String(std::string s, bool trusted) { return String(Text(std::move(s), trusted)); }
   static Value List(std::vector<Value> items, bool tuple = false);
+  static Value Generator(std::vector<Value> items);
   static Value Dict(DictData d);
   static Value Namespace(DictData d);
   static Value Callable(std::string name, std::function<Value(const Args&)> fn);
@@ -92,6 +96,7 @@ class Value {
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
+  bool is_generator() const { return kind_ == Kind::kList && list().generator; }
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_number() const {
     return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool;

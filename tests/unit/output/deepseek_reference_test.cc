@@ -1,6 +1,7 @@
 // The DSML and reasoning parsing against DeepSeek's own stream parser (deepseek-recipe): the
 // outputs in tests/data/output/deepseek_v4_outputs.jsonl and what it made of them (made by
-// scripts/fixtures/make_deepseek_v4_fixtures.py).
+// scripts/fixtures/make_deepseek_v4_fixtures.py); and where the output of a prompt rendered by
+// the DeepSeek V4 encoding starts.
 
 #include <fstream>
 #include <string>
@@ -10,6 +11,7 @@
 #include <boost/json.hpp>
 
 #include "server/output/output_parser.h"
+#include "tokenizer/deepseek_v4_encoding.h"
 
 namespace dinfer::output {
 namespace {
@@ -59,6 +61,35 @@ TEST(DeepSeekReferenceTest, ParsesOutputsAsDeepSeeksParser) {
     ++rows;
   }
   EXPECT_GE(rows, 15);
+}
+
+TEST(DeepSeekReferenceTest, EncodedPromptDecidesWhereTheOutputStarts) {
+  using tokenizer::DeepSeekV4Options;
+  const ModelTraits v4{"deepseek_v4", "", true};
+  auto start = [&](const json::array& messages, const DeepSeekV4Options& options) {
+    auto segments = tokenizer::EncodeDeepSeekV4(messages, options);
+    EXPECT_TRUE(segments.ok()) << segments.status().ToString();
+    const OutputFormat f =
+        SelectOutputFormat(v4, segments.ok() ? *segments : std::vector<PromptSegment>{});
+    EXPECT_EQ(f.reasoning, ReasoningFormat::kThink);
+    EXPECT_EQ(f.tools, ToolCallFormat::kDeepSeekDsml);
+    return std::pair{f.starts_in_reasoning, f.starts_in_tool_calls};
+  };
+  const json::array user = {{{"role", "user"}, {"content", "Hi </think> <think>"}}};
+  DeepSeekV4Options thinking, chat, forced;
+  chat.thinking = forced.thinking = false;
+  forced.tools = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  forced.tool_choice = DeepSeekV4Options::ToolChoice::kRequired;
+  EXPECT_EQ(start(user, thinking), std::pair(true, false));
+  EXPECT_EQ(start(user, chat), std::pair(false, false));
+  EXPECT_EQ(start(user, forced), std::pair(false, true));
+  // Continuing an assistant message: inside its reasoning until it has content.
+  json::array partial = user;
+  partial.push_back(
+      {{"role", "assistant"}, {"content", ""}, {"reasoning_content", "So"}, {"prefix", true}});
+  EXPECT_EQ(start(partial, thinking), std::pair(true, false));
+  partial.back().as_object()["content"] = "Answer:";
+  EXPECT_EQ(start(partial, thinking), std::pair(false, false));
 }
 
 }  // namespace

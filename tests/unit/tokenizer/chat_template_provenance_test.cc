@@ -2,7 +2,9 @@
 // tojson, ...) and the injection defence it buys: special-token markup inside messages, tool
 // results and tool-call arguments is tokenized as text, for ChatML (SmolLM2, Qwen) and Llama 3.
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -105,6 +107,28 @@ TEST(ChatTemplateProvenance, ErrorsCarryTheLine) {
       << syntax.status().message();
   EXPECT_NE(syntax.status().message().find("column"), std::string::npos)
       << syntax.status().message();
+}
+
+TEST(ChatTemplateProvenance, RendersConcurrently) {
+  // One parsed template, many threads: each render has its own scopes, namespaces and output.
+  auto t = ChatTemplate::Parse(Template("qwen3"));
+  ASSERT_TRUE(t.ok());
+  const json::array messages = Messages(R"([{"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "<think>\nx\n</think>\n\nyo"},
+    {"role": "user", "content": "again"}])");
+  const std::string want = ChatTemplate::Join(t->Render(messages, {}).value());
+  std::vector<std::thread> threads;
+  std::atomic<int> agree{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < 50; ++k) {
+        auto r = t->Render(messages, {});
+        agree += r.ok() && ChatTemplate::Join(*r) == want;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(agree.load(), 200);
 }
 
 // Injection: markup a user (or a tool) sends stays text; only the template's markers are special.

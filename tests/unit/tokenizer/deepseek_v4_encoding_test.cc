@@ -22,33 +22,10 @@ namespace {
 namespace json = boost::json;
 using Tok = DeepSeekV4Tokens;
 
-// The Chat Completions request fields the prompt depends on, as DeepSeek's API reads them.
 DeepSeekV4Options OptionsFromRequest(const json::object& request) {
-  DeepSeekV4Options options;
-  bool disabled = false;
-  if (const json::value* t = request.if_contains("thinking")) {
-    disabled = t->at("type") == "disabled";
-  }
-  if (const json::value* effort = request.if_contains("reasoning_effort"); effort && !disabled) {
-    EXPECT_TRUE(ApplyDeepSeekV4ReasoningEffort(effort->as_string(), &options).ok());
-  }
-  if (disabled) options.thinking = false;
-  if (const json::value* tools = request.if_contains("tools")) options.tools = tools->as_array();
-  if (const json::value* choice = request.if_contains("tool_choice")) {
-    using C = DeepSeekV4Options::ToolChoice;
-    if (choice->is_string()) {
-      options.tool_choice = choice->as_string() == "none"       ? C::kNone
-                            : choice->as_string() == "required" ? C::kRequired
-                                                                : C::kAuto;
-    } else {
-      options.tool_choice = C::kNamed;
-      options.tool_choice_name = choice->at("function").at("name").as_string();
-    }
-  }
-  if (const json::value* format = request.if_contains("response_format")) {
-    options.response_format = *format;
-  }
-  return options;
+  auto options = DeepSeekV4OptionsFromRequest(request);
+  EXPECT_TRUE(options.ok()) << options.status().ToString();
+  return options.ok() ? *options : DeepSeekV4Options{};
 }
 
 std::string Join(const std::vector<PromptSegment>& segments) {
@@ -297,6 +274,36 @@ TEST(DeepSeekV4EncodingTest, ReasoningEffortNames) {
   EXPECT_FALSE(options.thinking);
   EXPECT_EQ(ApplyDeepSeekV4ReasoningEffort("extreme", &options).code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST(DeepSeekV4EncodingTest, OptionsFromRequest) {
+  auto read = [](std::string_view body) {
+    return DeepSeekV4OptionsFromRequest(json::parse(body).as_object());
+  };
+  auto defaults = read("{}");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_TRUE(defaults->thinking);
+  EXPECT_EQ(defaults->reasoning_effort, DeepSeekV4Effort::kHigh);
+  auto off = read(R"({"thinking": {"type": "disabled"}, "reasoning_effort": "max"})");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->thinking);
+  auto kwargs = read(R"({"chat_template_kwargs": {"enable_thinking": false}})");
+  ASSERT_TRUE(kwargs.ok());
+  EXPECT_FALSE(kwargs->thinking);
+  auto named = read(
+      R"({"tool_choice": {"type": "function", "function": {"name": "f"}}, "reasoning_effort": "none",
+          "continue_final_message": true})");
+  ASSERT_TRUE(named.ok());
+  EXPECT_FALSE(named->thinking);
+  EXPECT_EQ(named->tool_choice, DeepSeekV4Options::ToolChoice::kNamed);
+  EXPECT_EQ(named->tool_choice_name, "f");
+  EXPECT_TRUE(named->continue_final_message);
+  for (std::string_view bad :
+       {R"({"thinking": true})", R"({"reasoning_effort": 3})", R"({"reasoning_effort": "huge"})",
+        R"({"tools": {}})", R"({"tool_choice": "sometimes"})",
+        R"({"add_generation_prompt": "yes"})"}) {
+    EXPECT_EQ(read(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 TEST(PythonJsonTest, SpellsValuesAsPythonJsonDumps) {

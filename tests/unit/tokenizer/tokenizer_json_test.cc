@@ -113,6 +113,7 @@ TEST(TokenizerJsonTest, ConfigMetadata) {
   EXPECT_EQ(tok->eos_ids(), Ids{8});
   EXPECT_TRUE(tok->add_bos());
   EXPECT_EQ(tok->chat_template(), "D");
+  EXPECT_EQ(tok->tool_use_chat_template(), "T");
 
   auto bare = MustLoad(TinyJson());
   ASSERT_NE(bare, nullptr);
@@ -225,6 +226,26 @@ TEST_F(TokenizerFilesTest, ReadsFilesBeside) {
   }
 }
 
+TEST_F(TokenizerFilesTest, TemplateFilesWinOverTheConfig) {
+  // As in transformers: chat_template.jinja and additional_chat_templates/<name>.jinja replace
+  // the config's templates; the config's are used where no file exists.
+  Write("tokenizer.json", TinyJson());
+  Write("tokenizer_config.json",
+        R"({"chat_template": [{"name": "default", "template": "D"},
+                              {"name": "tool_use", "template": "T"}]})");
+  auto config_only = Tokenizer::FromTokenizerJsonFile(dir_.string());
+  ASSERT_TRUE(config_only.ok()) << config_only.status().ToString();
+  EXPECT_EQ((*config_only)->chat_template(), "D");
+  EXPECT_EQ((*config_only)->tool_use_chat_template(), "T");
+  Write("chat_template.jinja", "file default");
+  std::filesystem::create_directories(dir_ / "additional_chat_templates");
+  Write("additional_chat_templates/tool_use.jinja", "file tool_use");
+  auto files = Tokenizer::FromTokenizerJsonFile(dir_.string());
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  EXPECT_EQ((*files)->chat_template(), "file default");
+  EXPECT_EQ((*files)->tool_use_chat_template(), "file tool_use");
+}
+
 TEST_F(TokenizerFilesTest, ErrorsNameTheFile) {
   ExpectError(Tokenizer::FromTokenizerJsonFile((dir_ / "nowhere").string()).status(),
               StatusCode::kNotFound, (dir_ / "nowhere").string());
@@ -266,6 +287,16 @@ TEST(GgufTokenizerTest, TokenTypes) {
   EXPECT_EQ((*tok)->Decode(Ids{4, 3, 6, 5}), "ab x y<s>");
   EXPECT_EQ((*tok)->Decode(Ids{4, 3, 6, 5}, /*skip_special=*/true), "ab x y");
   EXPECT_EQ((*tok)->eos_ids(), Ids{5});
+}
+
+TEST(GgufTokenizerTest, ChatTemplates) {
+  GgufTokenizerSpec spec = TinyGguf();
+  spec.chat_template = "{{ messages }}";
+  spec.tool_use_chat_template = "{{ tools }}";
+  auto tok = Tokenizer::FromGguf(spec);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  EXPECT_EQ((*tok)->chat_template(), "{{ messages }}");
+  EXPECT_EQ((*tok)->tool_use_chat_template(), "{{ tools }}");
 }
 
 TEST(GgufTokenizerTest, Errors) {

@@ -1,0 +1,77 @@
+// DeepSeek-V4 attention layer builder: low-rank queries (wq_a -> q_norm -> wq_b, per-head RMSNorm),
+// one shared key/value head (wkv -> kv_norm), rotary on the last rotary_dim dims of each head,
+// attention over a sliding window plus, for compressed layers, compressed KV entries (every entry
+// of heavily compressed attention; the lightning indexer's top-k for compressed sparse attention),
+// a per-head attention sink, the inverse rotary on the output, and the grouped low-rank output
+// projection (wo_a per group of heads, then wo_b). Weights are views into the checkpoint or
+// repacked FP8 copies owned by the WeightSource; immutable after Load.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/layers/workspace.h"
+#include "model/model.h"
+#include "model/weights.h"
+#include "ops/deepseek_ops.h"
+
+namespace dinfer::layers {
+
+// Rotary inverse frequencies of DeepSeek-V4: the main ones (sliding-window layers) and the
+// compressed layers' ones (compress_rope_theta, YaRN when configured, as transformers computes
+// them in float32).
+struct V4Rope {
+  std::vector<float> main, compress;
+};
+V4Rope DeepseekV4Rope(const ModelConfig& c);
+
+// The KV planes of one layer for blocks of block_size tokens, in the order the layer reads them:
+// window keys, then for compressed layers the compressor state and entries, then for compressed
+// sparse attention the indexer's compressor state and keys.
+std::vector<KvPlane> DeepseekV4LayerPlanes(const ModelConfig& c, V4Attention kind,
+                                           int64_t block_size);
+
+class CompressedAttention {
+ public:
+  // DeepSeek's names under `prefix` ("layers.3.attn."): wq_a, q_norm, wq_b, wkv, kv_norm, wo_a,
+  // wo_b, attn_sink, compressor.{wkv, wgate, ape, norm}, indexer.{wq_b, weights_proj,
+  // compressor.*}.
+  static StatusOr<CompressedAttention> Load(WeightSource& w, const std::string& prefix,
+                                            const ModelConfig& c, V4Attention kind);
+
+  // x [n, hidden] (normed) -> out [n, hidden]. `planes` are this layer's KV planes
+  // (DeepseekV4LayerPlanes order).
+  Status Forward(const ops::OpContext& ctx, const TensorView& x, std::span<float* const> planes,
+                 const ops::AttentionMetadata& meta, const V4Rope& rope, Workspace& ws,
+                 const TensorView& out) const;
+
+ private:
+  struct CompressorWeights {
+    TensorView wkv, wgate, ape, norm;
+    int64_t dim = 0, rate = 0;
+    bool overlap = false;
+  };
+  static StatusOr<CompressorWeights> LoadCompressor(WeightSource& w, const std::string& prefix,
+                                                    const ModelConfig& c, int64_t dim, int64_t rate,
+                                                    bool overlap);
+  // Pools this step's tokens into the compressor's entries, normalizes and rotates them and stores
+  // them in `entries_plane`.
+  Status Compress(const ops::OpContext& ctx, const CompressorWeights& cw, const TensorView& x,
+                  float* state_plane, const ops::CompressedPlane& entries_plane,
+                  const ops::AttentionMetadata& meta, std::span<const float> inv_freq,
+                  Workspace& ws, int slot) const;
+
+  V4Attention kind_ = V4Attention::kSliding;
+  TensorView wq_a_, q_norm_, wq_b_, wkv_, kv_norm_, wo_a_, wo_b_, sinks_;
+  std::optional<CompressorWeights> compressor_, index_compressor_;
+  TensorView index_wq_b_, index_weights_;
+  int64_t hidden_ = 0, heads_ = 0, head_dim_ = 0, rotary_dim_ = 0, q_rank_ = 0, groups_ = 0,
+          o_rank_ = 0, window_ = 0;
+  int64_t index_heads_ = 0, index_dim_ = 0, index_topk_ = 0;
+  float eps_ = 1e-6f;
+};
+
+}  // namespace dinfer::layers
