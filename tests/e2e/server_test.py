@@ -278,6 +278,15 @@ def test_messages_stream_and_stop_sequence(claude):
         assert stream.get_final_message().stop_reason == "stop_sequence"
 
 
+def test_prefill_is_continued(oai, claude):
+    """A final assistant message is the start of the answer: only the continuation comes back."""
+    messages = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "The capital of France is"}]
+    m = claude.messages.create(model="default", max_tokens=4, extra_body=GREEDY, messages=messages)
+    assert m.content[0].text.lstrip().startswith("Paris"), m.content[0].text
+    r = chat(oai, messages=messages, max_tokens=4, extra_body={"continue_final_message": True})
+    assert r.choices[0].message.content == m.content[0].text
+
+
 def test_count_tokens(claude):
     messages = [{"role": "user", "content": QUESTION}]
     counted = claude.messages.count_tokens(model="default", messages=messages).input_tokens
