@@ -544,11 +544,12 @@ def test_queue_full_is_503():
     try:
         async def run():
             client = openai.AsyncOpenAI(api_key="x", base_url=s.url + "/v1", max_retries=0)
-            long_req = dict(model="default", prompt="Once upon a time", max_tokens=200, extra_body={"ignore_eos": True})
+            # One request runs (max_num_seqs 1) while another waits: the queue is full.
+            long_req = dict(model="default", prompt="Once upon a time", max_tokens=100, extra_body={"ignore_eos": True})
             first = asyncio.create_task(client.completions.create(**long_req))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.2)
             second = asyncio.create_task(client.completions.create(**long_req))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.2)
             with pytest.raises(openai.InternalServerError) as e:
                 await client.completions.create(model="default", prompt="x", max_tokens=1)
             assert e.value.status_code == 503 and e.value.response.headers["retry-after"] == "1"
