@@ -1,5 +1,7 @@
 #include "server/chat_prompt.h"
 
+#include <optional>
+
 #include <boost/json/parse.hpp>
 
 #include "tokenizer/chat_template.h"
@@ -11,24 +13,33 @@ namespace json = boost::json;
 
 namespace {
 
+// A parsed template and its source.
+struct Template {
+  tokenizer::ChatTemplate parsed;
+  std::string source;
+};
+
 class JinjaRenderer final : public ChatPromptRenderer {
  public:
-  JinjaRenderer(tokenizer::ChatTemplate t, std::string source, const ModelInfo& model)
-      : template_(std::move(t)),
-        source_(std::move(source)),
+  JinjaRenderer(Template chat, std::optional<Template> tool_use, const ModelInfo& model)
+      : chat_(std::move(chat)),
+        tool_use_(std::move(tool_use)),
         bos_(model.bos_token),
         eos_(model.eos_token) {}
 
   StatusOr<std::vector<PromptSegment>> Render(const ChatRenderRequest& req) const override {
     tokenizer::ChatRenderOptions o;
-    o.add_generation_prompt = req.add_generation_prompt;
+    o.add_generation_prompt = !req.continue_final_message;
+    o.continue_final_message = req.continue_final_message;
     if (!req.tools.empty()) o.tools = req.tools;
     o.kwargs = req.kwargs;
     o.bos_token = bos_;
     o.eos_token = eos_;
-    return template_.Render(TemplateMessages(req.messages), o);
+    return For(!req.tools.empty()).parsed.Render(TemplateMessages(req.messages), o);
   }
-  const std::string& chat_template() const override { return source_; }
+  const std::string& chat_template(bool with_tools) const override {
+    return For(with_tools).source;
+  }
   bool deepseek_v4() const override { return false; }
 
  private:
@@ -52,8 +63,12 @@ class JinjaRenderer final : public ChatPromptRenderer {
     return out;
   }
 
-  tokenizer::ChatTemplate template_;
-  std::string source_;
+  const Template& For(bool with_tools) const {
+    return with_tools && tool_use_ ? *tool_use_ : chat_;
+  }
+
+  Template chat_;
+  std::optional<Template> tool_use_;
   std::string bos_, eos_;
 };
 
@@ -61,7 +76,8 @@ class DeepSeekV4Renderer final : public ChatPromptRenderer {
  public:
   StatusOr<std::vector<PromptSegment>> Render(const ChatRenderRequest& req) const override {
     tokenizer::DeepSeekV4Options o;
-    o.add_generation_prompt = req.add_generation_prompt;
+    o.add_generation_prompt = !req.continue_final_message;
+    o.continue_final_message = req.continue_final_message;
     for (const char* key : {"thinking", "enable_thinking"}) {
       if (const json::value* v = req.kwargs.if_contains(key); v != nullptr && v->is_bool()) {
         o.thinking = v->get_bool();
@@ -90,7 +106,7 @@ class DeepSeekV4Renderer final : public ChatPromptRenderer {
     }
     return tokenizer::EncodeDeepSeekV4(req.messages, o);
   }
-  const std::string& chat_template() const override {
+  const std::string& chat_template(bool) const override {
     static const std::string kNone;
     return kNone;
   }
@@ -104,16 +120,25 @@ StatusOr<std::unique_ptr<ChatPromptRenderer>> MakeChatPromptRenderer(
   if (model.architecture.rfind("deepseek_v4", 0) == 0) {
     return std::unique_ptr<ChatPromptRenderer>(new DeepSeekV4Renderer());
   }
-  const std::string& source = template_source.empty() ? model.chat_template : template_source;
+  auto parse = [](const std::string& source) -> StatusOr<Template> {
+    auto parsed = tokenizer::ChatTemplate::Parse(source);
+    if (!parsed.ok()) return parsed.status().WithContext("the chat template does not parse: ");
+    return Template{std::move(parsed).value(), source};
+  };
+  const bool overridden = !template_source.empty();
+  const std::string& source = overridden ? template_source : model.chat_template;
   if (source.empty()) {
     return Unimplemented(
         "model '{}' has no chat template: give one with --chat-template, or use /v1/completions",
         model.path);
   }
-  auto parsed = tokenizer::ChatTemplate::Parse(source);
-  if (!parsed.ok()) return parsed.status().WithContext("the chat template does not parse: ");
+  DINFER_ASSIGN_OR_RETURN(Template chat, parse(source));
+  std::optional<Template> tool_use;
+  if (!overridden && !model.tool_use_chat_template.empty()) {
+    DINFER_ASSIGN_OR_RETURN(tool_use, parse(model.tool_use_chat_template));
+  }
   return std::unique_ptr<ChatPromptRenderer>(
-      new JinjaRenderer(std::move(parsed).value(), source, model));
+      new JinjaRenderer(std::move(chat), std::move(tool_use), model));
 }
 
 }  // namespace dinfer::server

@@ -25,6 +25,12 @@ ApiError FromStatus(const Status& s, std::string param = "") {
   }
 }
 
+// The tools the model is shown: none with tool_choice "none".
+const boost::json::array& RenderedTools(const GenerationRequest& req) {
+  static const boost::json::array kNoTools;
+  return req.tool_choice.mode == ToolChoice::Mode::kNone ? kNoTools : req.tools;
+}
+
 // How the model writes its output for this prompt: reasoning and tool-call markup (chat
 // requests, from the template and the rendered prompt), and the request's stop sequences.
 output::OutputFormat OutputFormatFor(const ServingContext& ctx, const GenerationRequest& req,
@@ -32,7 +38,8 @@ output::OutputFormat OutputFormatFor(const ServingContext& ctx, const Generation
   output::OutputFormat f;
   if (req.chat && ctx.renderer) {
     f = output::SelectOutputFormat(
-        {ctx.info.architecture, ctx.renderer->chat_template(), ctx.renderer->deepseek_v4()},
+        {ctx.info.architecture, ctx.renderer->chat_template(!RenderedTools(req).empty()),
+         ctx.renderer->deepseek_v4()},
         prompt.segments);
     // Without declared tools a JSON answer is an answer, not a call.
     if (req.tools.empty() || req.tool_choice.mode == ToolChoice::Mode::kNone) {
@@ -187,7 +194,10 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       u.prompt_tokens += p.prompt_tokens;
       u.cached_tokens += p.cached_tokens;
     }
-    for (const ChoiceOutput& c : choices_) u.completion_tokens += c.result().completion_tokens;
+    for (const ChoiceOutput& c : choices_) {
+      u.completion_tokens += c.result().completion_tokens;
+      u.reasoning_tokens += c.result().reasoning_tokens;
+    }
     return u;
   }
 
@@ -300,10 +310,9 @@ ApiResult<std::vector<PreparedPrompt>> TokenizePrompts(const ServingContext& ctx
   const Engine& engine = *ctx.engine;
   if (req.chat) {
     if (!ctx.renderer) return FromStatus(ctx.renderer_status, "messages");
-    static const boost::json::array kNoTools;
-    const bool tools = req.tool_choice.mode != ToolChoice::Mode::kNone;
-    auto segments = ctx.renderer->Render(ChatRenderRequest{
-        req.messages, tools ? req.tools : kNoTools, req.tool_choice, req.template_kwargs, true});
+    auto segments =
+        ctx.renderer->Render(ChatRenderRequest{req.messages, RenderedTools(req), req.tool_choice,
+                                               req.template_kwargs, req.continue_final_message});
     if (!segments.ok()) return FromStatus(segments.status(), "messages");
     auto ids = engine.EncodeSegments(*segments);
     if (!ids.ok()) return FromStatus(ids.status(), "messages");

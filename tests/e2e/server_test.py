@@ -278,6 +278,15 @@ def test_messages_stream_and_stop_sequence(claude):
         assert stream.get_final_message().stop_reason == "stop_sequence"
 
 
+def test_prefill_is_continued(oai, claude):
+    """A final assistant message is the start of the answer: only the continuation comes back."""
+    messages = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "The capital of France is"}]
+    m = claude.messages.create(model="default", max_tokens=4, extra_body=GREEDY, messages=messages)
+    assert m.content[0].text.lstrip().startswith("Paris"), m.content[0].text
+    r = chat(oai, messages=messages, max_tokens=4, extra_body={"continue_final_message": True})
+    assert r.choices[0].message.content == m.content[0].text
+
+
 def test_count_tokens(claude):
     messages = [{"role": "user", "content": QUESTION}]
     counted = claude.messages.count_tokens(model="default", messages=messages).input_tokens
@@ -379,6 +388,7 @@ def test_reasoning(tool_server):
                                     extra_body={"chat_template_kwargs": {"enable_thinking": True}})
     message = r.choices[0].message
     assert message.reasoning_content and not message.content
+    assert r.usage.completion_tokens_details.reasoning_tokens == r.usage.completion_tokens
     streamed = "".join(getattr(ch.choices[0].delta, "reasoning_content", None) or "" for ch in
                        oai.chat.completions.create(model="default", messages=[{"role": "user", "content": QUESTION}],
                                                    temperature=0, max_tokens=8, stream=True,
@@ -534,11 +544,12 @@ def test_queue_full_is_503():
     try:
         async def run():
             client = openai.AsyncOpenAI(api_key="x", base_url=s.url + "/v1", max_retries=0)
-            long_req = dict(model="default", prompt="Once upon a time", max_tokens=200, extra_body={"ignore_eos": True})
+            # One request runs (max_num_seqs 1) while another waits: the queue is full.
+            long_req = dict(model="default", prompt="Once upon a time", max_tokens=100, extra_body={"ignore_eos": True})
             first = asyncio.create_task(client.completions.create(**long_req))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.2)
             second = asyncio.create_task(client.completions.create(**long_req))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.2)
             with pytest.raises(openai.InternalServerError) as e:
                 await client.completions.create(model="default", prompt="x", max_tokens=1)
             assert e.value.status_code == 503 and e.value.response.headers["retry-after"] == "1"
@@ -547,6 +558,33 @@ def test_queue_full_is_503():
         s.wait_idle()
     finally:
         s.stop()
+
+
+def test_graceful_shutdown_finishes_requests_in_progress():
+    s = Server()
+    body = json.dumps({"model": "default", "prompt": "Once upon a time", "max_tokens": 40, "stream": True,
+                       "ignore_eos": True}).encode()
+    with socket.create_connection(("127.0.0.1", s.port), timeout=60) as conn:
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        got = b""
+        while b"data: " not in got:
+            got += conn.recv(65536)
+        s.proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + 10
+        while True:  # the listener closes at once
+            try:
+                socket.create_connection(("127.0.0.1", s.port), timeout=1).close()
+            except OSError:
+                break
+            assert time.time() < deadline, "still accepting connections after SIGTERM"
+            time.sleep(0.05)
+        while b"data: [DONE]" not in got:  # the request in progress completes
+            chunk = conn.recv(65536)
+            assert chunk, got
+            got += chunk
+    assert got.count(b'"finish_reason":"length"') == 1
+    assert s.proc.wait(timeout=30) == 0, s.output()
 
 
 # --- load --------------------------------------------------------------------------------------

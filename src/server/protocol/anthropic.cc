@@ -225,6 +225,9 @@ ApiResult<GenerationRequest> Parse(const json::object& body, bool count_only) {
     req.stream = r.Bool("stream").value_or(false);
   }
   ReadThinking(r, req);
+  // A final assistant message is the start of the answer: the model continues it.
+  req.continue_final_message =
+      !req.messages.empty() && req.messages.back().at("role") == "assistant";
   if (const json::object* config = r.Object("output_config")) {
     FieldReader cr(*config, "output_config.");
     if (auto effort = cr.String("effort")) req.template_kwargs["reasoning_effort"] = *effort;

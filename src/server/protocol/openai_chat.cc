@@ -400,6 +400,10 @@ ApiResult<GenerationRequest> ParseChatCompletion(const json::object& body) {
     for (const auto& [k, v] : *kwargs) req.template_kwargs[k] = v;
   }
   if (r.Get("audio") != nullptr) r.Fail("audio", "audio output is not supported");
+  req.continue_final_message = r.Bool("continue_final_message").value_or(false);
+  if (r.ok() && req.continue_final_message && req.messages.back().at("role") != "assistant") {
+    r.Fail("continue_final_message", "'continue_final_message' needs an assistant message last");
+  }
   if (!r.ok()) return r.error();
   return req;
 }

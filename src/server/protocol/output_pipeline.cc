@@ -15,7 +15,10 @@ Finish EngineFinish(const std::string& reason) {
 
 ChoiceOutput::ChoiceOutput(int index, const GenerationRequest& request, output::OutputFormat format,
                            DecodeFn decode)
-    : parser_(std::move(format)), decode_(std::move(decode)), logprobs_(request.logprobs) {
+    : in_reasoning_(format.starts_in_reasoning),
+      parser_(std::move(format)),
+      decode_(std::move(decode)),
+      logprobs_(request.logprobs) {
   result_.index = index;
 }
 
@@ -38,6 +41,15 @@ ChoiceUpdate ChoiceOutput::Process(const RequestOutput& out) {
     u.events.insert(u.events.end(), rest.begin(), rest.end());
   }
   Apply(u.events);
+  // Usage counts reasoning in tokens: a delta's tokens are reasoning when all it produced was
+  // reasoning, or when it produced nothing (held back) inside reasoning. Deltas are a token or a
+  // few, so the boundary is off by a token at most.
+  bool reasoning = false, other = false;
+  for (const OutputEvent& e : u.events) {
+    (e.type == OutputEvent::Type::kReasoning ? reasoning : other) = true;
+  }
+  if (reasoning || other) in_reasoning_ = reasoning && !other;
+  if (in_reasoning_) result_.reasoning_tokens += static_cast<int64_t>(out.token_ids.size());
   for (const OutputEvent& e : u.events) {
     if (e.type == OutputEvent::Type::kStop) {
       u.finish = Finish::kStopSequence;

@@ -32,6 +32,7 @@ class ChoiceOutput {
   void Apply(const std::vector<OutputEvent>& events);
 
   ChoiceResult result_;
+  bool in_reasoning_;  // the output is inside reasoning (for counting reasoning tokens)
   output::OutputParser parser_;
   DecodeFn decode_;
   bool logprobs_;

@@ -78,6 +78,9 @@ struct GenerationRequest {
   boost::json::array tools;
   ToolChoice tool_choice;
   boost::json::object template_kwargs;  // extra template variables (reasoning effort, thinking)
+  // The last message is the start of the assistant's answer, to be continued (Anthropic's
+  // prefill; vLLM's continue_final_message) instead of opening a new turn.
+  bool continue_final_message = false;
   // /v1/completions: one or more raw prompts.
   std::vector<PromptInput> prompts;
 
@@ -131,6 +134,7 @@ struct ChoiceResult {
   std::string stop_sequence;
   std::string error;
   int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;  // of completion_tokens, those that produced only reasoning
 };
 
 struct Usage {

@@ -69,6 +69,16 @@ TEST(MessagesParse, ConvertsBlocksToChatMessages) {
   EXPECT_EQ(r->tools.at(0).at("function").at("parameters"), (json::object{{"type", "object"}}));
 }
 
+TEST(MessagesParse, FinalAssistantMessageIsContinued) {
+  auto r = Messages(R"({"max_tokens":5,"messages":[{"role":"user","content":"x"},
+                       {"role":"assistant","content":"The answer is"}]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->continue_final_message);
+  auto plain = Messages(R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}]})");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->continue_final_message);
+}
+
 TEST(MessagesParse, Errors) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"messages":[{"role":"user","content":"x"}]})", "max_tokens"},

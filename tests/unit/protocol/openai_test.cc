@@ -115,6 +115,8 @@ TEST(ChatCompletionParse, ErrorsNameTheParameter) {
       {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
        "tools[0].function.name"},
       {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"})", "tool_choice"},
+      {R"({"messages":[{"role":"user","content":"x"}],"continue_final_message":true})",
+       "continue_final_message"},
       {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function",
           "function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
        "tool_choice"},

@@ -85,6 +85,8 @@ TEST(ChoiceOutput, ReasoningIsSeparated) {
   c.Process(Out("Paris.", {3}, "stop"));
   EXPECT_EQ(c.result().reasoning, "Let me think.");
   EXPECT_EQ(c.result().text, "Paris.");
+  EXPECT_EQ(c.result().reasoning_tokens, 2);
+  EXPECT_EQ(c.result().completion_tokens, 3);
   EXPECT_EQ(c.result().finish, Finish::kEndOfSequence);
 }
 
