@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quant.h"
 
 namespace dinfer::kernels::cpu {
@@ -142,6 +143,9 @@ void DequantizeFp8Row(DType type, const void* src, float* dst, int64_t n) {
       return;
     case DType::kF8E4M3B32: {
       const auto* b = static_cast<const BlockF8E4M3B32*>(src);
+      if (ActiveIsa() == Isa::kAvx512) {
+        return DequantizeF8E4M3Avx512(b, E4M3Table().data(), dst, n / kQK);
+      }
       const float* table = E4M3Table().data();
       for (int64_t i = 0; i < n / kQK; ++i) DecodeE4M3Block(b[i].qs, b[i].d, table, dst + i * kQK);
       return;
@@ -149,6 +153,9 @@ void DequantizeFp8Row(DType type, const void* src, float* dst, int64_t n) {
     case DType::kMxfp4: {
       const auto* b = static_cast<const BlockMxfp4*>(src);
       const auto& scales = E8M0Table();
+      if (ActiveIsa() == Isa::kAvx512) {
+        return DequantizeMxfp4Avx512(b, kE2M1, scales.data(), dst, n / kQK);
+      }
       for (int64_t i = 0; i < n / kQK; ++i) DecodeE2M1Block(b[i].qs, scales[b[i].e], dst + i * kQK);
       return;
     }
