@@ -23,7 +23,13 @@ std::unique_ptr<WeightSource> WeightSource::FromGguf(std::shared_ptr<const GgufF
 }
 
 std::string WeightSource::Translate(const std::string& hf_name) const {
-  if (!gguf_) return hf_name;
+  if (!gguf_) {
+    if (fallback_ && ckpt_->Find(hf_name) == nullptr) {
+      std::string other = fallback_(hf_name);
+      if (ckpt_->Find(other) != nullptr) return other;
+    }
+    return hf_name;
+  }
   static const std::pair<std::string, std::string> kGlobal[] = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},

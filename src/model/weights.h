@@ -4,6 +4,7 @@
 // Built once at load time; read-only afterwards, safe to share between threads.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,12 @@ class WeightSource {
 
   const std::string& where() const { return where_; }
 
+  // A second name to look a weight up by when the checkpoint lacks the first (an architecture
+  // whose checkpoints come with two naming schemes sets it before loading).
+  void SetFallbackName(std::function<std::string(const std::string&)> fallback) {
+    fallback_ = std::move(fallback);
+  }
+
  private:
   WeightSource() = default;
   std::string Translate(const std::string& hf_name) const;
@@ -50,6 +57,7 @@ class WeightSource {
   std::shared_ptr<const GgufFile> gguf_;
   std::string where_;
   std::vector<Tensor> owned_;
+  std::function<std::string(const std::string&)> fallback_;
 };
 
 }  // namespace dinfer

@@ -195,6 +195,36 @@ TEST(DeepseekV4BatchTest, SequencesInOneBatchMatchTransformers) {
   }
 }
 
+// The same model as transformers' save_pretrained writes it (its config keys and tensor names, no
+// MTP layer) gives the same logits.
+TEST(DeepseekV4SavedTest, CheckpointSavedByTransformersMatches) {
+  const Fixture f = ReadFixture(Dir("deepseek_v4"));
+  auto lm = LoadModel(Dir("deepseek_v4_hf"), LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  EXPECT_FALSE(lm->model->has_draft_layer());
+  const int64_t vocab = lm->config.vocab_size;
+  const auto* ref = reinterpret_cast<const float*>(f.logits.data());
+  RunnerOptions ro;
+  ro.block_size = 16;
+  ro.num_blocks = 6;
+  ro.threads = 2;
+  ModelRunner runner(*lm->model, ro);
+  const std::vector<int32_t> table = {5, 3, 1, 0, 2, 4};
+  SeqChunk prefill{f.prompt, 0, table, SeqChunk::Logits::kAll};
+  auto logits = runner.Execute(std::span(&prefill, 1));
+  ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+  for (size_t r = 0; r < f.prompt.size(); ++r) {
+    EXPECT_LE(RowRelError(logits->as<float>() + r * vocab, ref + r * vocab, vocab), kRelTol) << r;
+  }
+  int64_t pos = static_cast<int64_t>(f.prompt.size());
+  for (size_t i = 0; i < f.decode.size(); ++i, ++pos) {
+    SeqChunk step{std::span(&f.decode[i], 1), pos, table, SeqChunk::Logits::kLast};
+    auto l = runner.Execute(std::span(&step, 1));
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_LE(RowRelError(l->as<float>(), ref + pos * vocab, vocab), kRelTol) << "decode " << i;
+  }
+}
+
 // Through the engine: greedy decoding gives transformers' tokens with chunked prefill (chunks that
 // end inside compression windows), and again for a second request whose prompt comes mostly from
 // the prefix cache, which continues from the compressor state kept in the cached blocks.

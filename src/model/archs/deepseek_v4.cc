@@ -1,8 +1,10 @@
 // DeepSeek-V4: the model of archs/deepseek_v4.h, loaded from checkpoints in DeepSeek's published
-// layout (embed, layers.N.{attn,ffn,hc_*}, mtp.N.*, head; FP8 / FP4 weights with their scales).
+// layout (embed, layers.N.{attn,ffn,hc_*}, mtp.N.*, head; FP8 / FP4 weights with their scales) or
+// as transformers' save_pretrained writes them (model.* names, no MTP layer).
 #include "model/archs/deepseek_v4.h"
 
 #include <cstring>
+#include <regex>
 
 #include "model/registry.h"
 
@@ -33,6 +35,19 @@ layers::HcSettings HcFor(const ModelConfig& c) {
   return s;
 }
 
+// The names transformers' save_pretrained gives DeepSeek's tensors: a "model." prefix, its own
+// names for the embedding, final norm and HC head, and "attn.norm" for the key/value norm.
+std::string SavedByTransformers(const std::string& name) {
+  static const std::regex kv_norm(R"(^layers\.(\d+)\.attn\.kv_norm\.weight$)");
+  if (name == "embed.weight") return "model.embed_tokens.weight";
+  if (name == "norm.weight") return "model.norm.weight";
+  if (name.rfind("hc_head_", 0) == 0) return "model.hc_head.hc_" + name.substr(8);
+  if (std::regex_match(name, kv_norm))
+    return "model." + std::regex_replace(name, kv_norm, "layers.$1.attn.norm.weight");
+  if (name.rfind("layers.", 0) == 0) return "model." + name;
+  return name;
+}
+
 }  // namespace
 
 StatusOr<DeepseekV4Model::Block> DeepseekV4Model::LoadBlock(WeightSource& w,
@@ -59,6 +74,7 @@ StatusOr<std::unique_ptr<DeepseekV4Model>> DeepseekV4Model::Build(const ModelCon
   if (!c.deepseek_v4) return InvalidArgument("deepseek_v4: the config has no DeepSeek-V4 fields");
   const DeepseekV4Config& v = *c.deepseek_v4;
   std::unique_ptr<DeepseekV4Model> m(new DeepseekV4Model(c));
+  w.SetFallbackName(SavedByTransformers);
   DINFER_ASSIGN_OR_RETURN(m->embed_, w.Get("embed.weight", {c.vocab_size, c.hidden_size}));
   DINFER_ASSIGN_OR_RETURN(m->lm_head_, w.GetLinear("head.weight", c.vocab_size, c.hidden_size,
                                                    v.fp8_block_rows, v.fp8_block_cols));
