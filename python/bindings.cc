@@ -40,7 +40,8 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readwrite("f32_activations", &dinfer::EngineOptions::f32_activations)
       .def_readwrite("step_time_budget_ms", &dinfer::EngineOptions::step_time_budget_ms)
       .def_readwrite("cost_profile", &dinfer::EngineOptions::cost_profile)
-      .def_readwrite("show_progress", &dinfer::EngineOptions::show_progress);
+      .def_readwrite("show_progress", &dinfer::EngineOptions::show_progress)
+      .def_readwrite("device", &dinfer::EngineOptions::device);
 
   py::class_<dinfer::SamplingParams>(m, "SamplingParams")
       .def(py::init<>())

@@ -57,6 +57,11 @@ int RunBench(const BenchArgs& a) {
     std::fprintf(stderr, "dinfer bench: %s\n", lm.status().ToString().c_str());
     return 1;
   }
+  auto device = ModelRunner::ParseDevice(a.engine.device);
+  if (!device.ok()) {
+    std::fprintf(stderr, "dinfer bench: %s\n", device.status().ToString().c_str());
+    return 2;
+  }
   using Clock = std::chrono::steady_clock;
   const int64_t vocab = lm->config.vocab_size;
   std::mt19937 rng(1234);
@@ -68,8 +73,13 @@ int RunBench(const BenchArgs& a) {
     RunnerOptions ro;
     ro.threads = threads;
     ro.f32_activations = a.engine.f32_activations;
+    ro.device = *device;
     ro.max_seq_len = std::max(a.prompt_tokens, a.gen_tokens) + 16;
     ModelRunner runner(*lm->model, ro);
+    if (!runner.status().ok()) {
+      std::fprintf(stderr, "dinfer bench: %s\n", runner.status().ToString().c_str());
+      return 1;
+    }
     std::vector<int32_t> table(static_cast<size_t>(runner.num_blocks()));
     std::iota(table.begin(), table.end(), 0);
     auto run_prefill = [&] {

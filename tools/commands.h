@@ -75,4 +75,22 @@ struct ServeArgs {
 void AddServeFlags(CLI::App& cmd, ServeArgs& args);
 int RunServe(ServeArgs args);
 
+struct GrammarArgs {
+  std::string command;  // compile, match or bench
+  std::string json_schema, regex, ebnf;
+  bool json_object = false;
+  std::vector<std::string> choices;
+  int max_whitespace = 16;
+  std::string model = "default";
+  std::string tokenizer;
+  std::string text_file;
+  std::string dir, instances, json;
+  int limit = 0;
+  int per_folder_limit = 0;
+  bool print_grammar = false;
+};
+// Adds the compile, match and bench subcommands to `dinfer grammar`.
+void AddGrammarCommands(CLI::App& cmd, GrammarArgs& args);
+int RunGrammar(const GrammarArgs& args);
+
 }  // namespace dinfer::tools

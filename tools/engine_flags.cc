@@ -9,6 +9,8 @@ void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
     cmd.add_flag("--f32-activations", o.f32_activations,
                  "quantized models: multiply dequantized weights with f32 activations (the "
                  "numerics of reference implementations; slower) instead of 8-bit activations");
+    cmd.add_option("--device", o.device, "cpu, cuda, or auto (the GPU when there is one)")
+        ->capture_default_str();
   }
   if (sets & kThreadFlags) {
     cmd.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();

@@ -9,7 +9,7 @@ namespace dinfer::tools {
 
 // Which groups of flags a command takes.
 enum EngineFlagSet : unsigned {
-  kModelFlags = 1,     // -m/--model, --f32-activations
+  kModelFlags = 1,     // -m/--model, --f32-activations, --device
   kThreadFlags = 2,    // -t/--threads
   kCacheFlags = 4,     // --kv-cache-mib, --block-size, --no-prefix-cache
   kBatchingFlags = 8,  // --max-batched-tokens, --step-time-budget-ms, --cost-profile

@@ -84,7 +84,13 @@ int RunGenerate(const GenerateArgs& a) {
     auto ids = tok.Encode(a.prompt, !a.no_special);
     prompt.insert(prompt.end(), ids.begin(), ids.end());
   }
+  auto device = ModelRunner::ParseDevice(a.engine.device);
+  if (!device.ok()) {
+    std::fprintf(stderr, "dinfer generate: %s\n", device.status().ToString().c_str());
+    return 2;
+  }
   EngineConfig ec;
+  ec.device = *device;
   ec.threads = a.engine.threads;
   ec.f32_activations = a.engine.f32_activations;
   ec.scheduler.max_num_seqs = 1;
@@ -92,6 +98,10 @@ int RunGenerate(const GenerateArgs& a) {
       std::max<int64_t>(a.context, static_cast<int64_t>(prompt.size()) + a.max_tokens);
   ec.num_kv_blocks = (ec.scheduler.max_model_len + ec.block_size - 1) / ec.block_size + 1;
   EngineCore engine(*lm->model, ec);
+  if (!engine.runner().status().ok()) {
+    std::fprintf(stderr, "dinfer generate: %s\n", engine.runner().status().ToString().c_str());
+    return 1;
+  }
   RequestOptions ro;
   ro.max_tokens = a.max_tokens;
   ro.sampling.temperature = a.temperature;

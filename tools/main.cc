@@ -1,4 +1,4 @@
-// The `dinfer` command: subcommands serve, generate, bench and tokenize.
+// The `dinfer` command: subcommands serve, generate, bench, tokenize and grammar.
 #include <cstdio>
 #include <string>
 
@@ -44,6 +44,12 @@ int main(int argc, char** argv) {
       "tokenize", "Token ids of a text or of a chat rendered with the chat template (--bench)");
   dinfer::tools::AddTokenizeFlags(*tokenize_cmd, tokenize);
 
+  dinfer::tools::GrammarArgs grammar;
+  CLI::App* grammar_cmd = app.add_subcommand(
+      "grammar",
+      "Structured outputs: compile, match and benchmark JSON Schemas, regexes, grammars");
+  dinfer::tools::AddGrammarCommands(*grammar_cmd, grammar);
+
   CLI11_PARSE(app, argc, argv);
   if (!dinfer::log::SetLevel(log_level)) {
     std::fprintf(stderr, "dinfer: unknown --log-level '%s'\n", log_level.c_str());
@@ -54,5 +60,6 @@ int main(int argc, char** argv) {
   if (tokenize_cmd->parsed()) return dinfer::tools::RunTokenize(tokenize);
   if (offline_cmd->parsed()) return dinfer::tools::RunBenchOffline(offline);
   if (bench_cmd->parsed()) return dinfer::tools::RunBench(bench);
+  if (grammar_cmd->parsed()) return dinfer::tools::RunGrammar(grammar);
   return 0;
 }

@@ -31,6 +31,9 @@ struct EngineOptions {
   std::string cost_profile;      // where to load/save that cost model (optional)
   bool f32_activations = false;  // quantized models: reference numerics instead of 8-bit
   bool show_progress = true;     // loading progress on stderr
+  // Where the model runs: "cuda" (the first GPU, weights as bf16), "cpu", or "auto": the GPU when
+  // this build has CUDA and one is visible, else the CPU.
+  std::string device = "auto";
 };
 
 struct SamplingParams {

@@ -99,8 +99,9 @@ class Stream final : public RequestStream {
 
 class EngineImpl final : public Engine {
  public:
-  explicit EngineImpl(LoadedModel lm, const EngineOptions& o) : lm_(std::move(lm)) {
+  EngineImpl(LoadedModel lm, const EngineOptions& o, Device device) : lm_(std::move(lm)) {
     EngineConfig c;
+    c.device = device;
     c.threads = o.threads;
     c.block_size = o.block_size;
     c.kv_cache_bytes = o.kv_cache_mib << 20;
@@ -114,6 +115,7 @@ class EngineImpl final : public Engine {
         o.max_model_len > 0 ? o.max_model_len : lm_.config.max_position_embeddings;
     max_model_len_ = c.scheduler.max_model_len;
     core_ = std::make_unique<EngineCore>(*lm_.model, c);
+    if (!core_->runner().status().ok()) return;  // Create reports it; no loop runs
     // Servers tokenize rendered chats on their own threads; long prompts spread over this pool.
     tokenize_pool_ = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : DefaultThreadCount());
     eos_ = lm_.generation.eos_token_ids;
@@ -129,8 +131,10 @@ class EngineImpl final : public Engine {
       stop_ = true;
     }
     cv_.notify_all();
-    loop_.join();
+    if (loop_.joinable()) loop_.join();
   }
+
+  const Status& runner_status() const { return core_->runner().status(); }
 
   StatusOr<std::shared_ptr<RequestStream>> Submit(const RequestSpec& spec) override {
     std::vector<int32_t> prompt = spec.prompt_ids;
@@ -328,8 +332,11 @@ class EngineImpl final : public Engine {
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   LoadOptions lo;
   lo.show_progress = options.show_progress;
+  DINFER_ASSIGN_OR_RETURN(const Device device, ModelRunner::ParseDevice(options.device));
   DINFER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(options.model, lo));
-  return std::unique_ptr<Engine>(new EngineImpl(std::move(lm), options));
+  auto engine = std::make_unique<EngineImpl>(std::move(lm), options, device);
+  if (!engine->runner_status().ok()) return engine->runner_status();
+  return std::unique_ptr<Engine>(std::move(engine));
 }
 
 }  // namespace dinfer

@@ -12,6 +12,25 @@
 namespace dinfer {
 namespace {
 
+RunnerOptions MakeRunnerOptions(const EngineConfig& c) {
+  RunnerOptions o;
+  o.block_size = c.block_size;
+  o.threads = c.threads;
+  o.f32_activations = c.f32_activations;
+  o.device = c.device;
+  o.cuda_dtype = c.cuda_dtype;
+  o.max_seq_len = c.scheduler.max_model_len;
+  o.max_num_tokens = c.scheduler.max_num_batched_tokens;
+  o.max_num_seqs = c.scheduler.max_num_seqs;
+  return o;
+}
+
+RunnerOptions MakeRunnerOptions(const kv::KvCacheSpec& spec, const EngineConfig& c) {
+  RunnerOptions o = MakeRunnerOptions(c);
+  o.num_blocks = spec.num_blocks;
+  return o;
+}
+
 kv::KvCacheSpec MakeSpec(const Model& model, const EngineConfig& c) {
   kv::KvCacheSpec spec;
   spec.block_size = c.block_size;
@@ -23,19 +42,10 @@ kv::KvCacheSpec MakeSpec(const Model& model, const EngineConfig& c) {
   spec.sliding_window = all_sliding ? mc.sliding_window : 0;
   spec.num_blocks = c.num_kv_blocks;
   if (spec.num_blocks <= 0) {
-    const int64_t per_block = KvStorage::BytesPerBlock(model.KvLayoutFor(c.block_size));
+    const int64_t per_block = ModelRunner::KvBytesPerBlock(model, MakeRunnerOptions(c));
     spec.num_blocks = std::max<int64_t>(2, c.kv_cache_bytes / per_block);
   }
   return spec;
-}
-
-RunnerOptions MakeRunnerOptions(const kv::KvCacheSpec& spec, const EngineConfig& c) {
-  RunnerOptions o;
-  o.num_blocks = spec.num_blocks;
-  o.block_size = spec.block_size;
-  o.threads = c.threads;
-  o.f32_activations = c.f32_activations;
-  return o;
 }
 
 FinishReason FromSched(sched::FinishReason r) {

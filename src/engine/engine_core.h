@@ -37,6 +37,9 @@ struct EngineConfig {
   // Plan step N+1 and post-process step N-1 while step N computes (on by default). The
   // synchronous mode runs the three one after the other; both give the same outputs.
   bool async_scheduling = true;
+  // Where the forward pass runs (ModelRunner); sampling stays on the CPU.
+  Device device = Device::kCpu;
+  DType cuda_dtype = DType::kBF16;
 };
 
 struct RequestOptions {

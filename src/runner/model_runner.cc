@@ -2,7 +2,18 @@
 
 #include <algorithm>
 
+#ifdef DINFER_WITH_CUDA
+#include "backend/cuda/device.h"
+#include "model/layers/decoder.h"
+#include "runner/cuda/gpu_runner.h"
+#endif
+
 namespace dinfer {
+
+#ifndef DINFER_WITH_CUDA
+class GpuRunner {};  // this build has no CUDA backend
+#endif
+
 namespace {
 
 int64_t BlocksFor(const RunnerOptions& o) {
@@ -10,19 +21,86 @@ int64_t BlocksFor(const RunnerOptions& o) {
   return (o.max_seq_len + o.block_size - 1) / o.block_size;
 }
 
+StatusOr<std::unique_ptr<GpuRunner>> MakeGpuRunner(const Model& model, const RunnerOptions& o) {
+#ifdef DINFER_WITH_CUDA
+  if (cuda::DeviceCount() == 0) {
+    return MakeError(StatusCode::kFailedPrecondition, "no CUDA device is visible");
+  }
+  const auto* decoder = dynamic_cast<const layers::DecoderModel*>(&model);
+  if (decoder == nullptr) {
+    return Unimplemented("architecture '{}' has no CUDA forward pass", model.config().arch);
+  }
+  DINFER_ASSIGN_OR_RETURN(auto gpu_model, GpuDecoder::Upload(*decoder, o.cuda_dtype));
+  GpuRunnerOptions g;
+  g.num_blocks = BlocksFor(o);
+  g.block_size = o.block_size;
+  g.max_seq_len = o.max_seq_len;
+  g.max_num_tokens = o.max_num_tokens;
+  g.max_num_seqs = o.max_num_seqs;
+  return GpuRunner::Create(std::move(gpu_model), g);
+#else
+  return Unimplemented("this build has no CUDA backend (configure with -DDINFER_CUDA=ON)");
+#endif
+}
+
 }  // namespace
+
+bool ModelRunner::CudaAvailable() {
+#ifdef DINFER_WITH_CUDA
+  return cuda::DeviceCount() > 0;
+#else
+  return false;
+#endif
+}
+
+StatusOr<Device> ModelRunner::ParseDevice(std::string_view name) {
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  if (name == "auto") return CudaAvailable() ? Device::kCuda : Device::kCpu;
+  return InvalidArgument("device '{}': use cpu, cuda or auto", name);
+}
+
+int64_t ModelRunner::KvBytesPerBlock(const Model& model, const RunnerOptions& o) {
+  if (o.device == Device::kCpu) return KvStorage::BytesPerBlock(model.KvLayoutFor(o.block_size));
+  const ModelConfig& c = model.config();
+  const int64_t elem = o.cuda_dtype == DType::kBF16 ? 2 : 4;
+  return 2 * c.num_layers * o.block_size * c.num_kv_heads * c.head_dim * elem;
+}
 
 ModelRunner::ModelRunner(Model& model, const RunnerOptions& options)
     : model_(model),
       f32_activations_(options.f32_activations),
-      pool_(options.threads > 0 ? options.threads : DefaultThreadCount()),
-      kv_(model.KvLayoutFor(options.block_size), BlocksFor(options), options.block_size) {}
+      device_(options.device),
+      block_size_(options.block_size),
+      num_blocks_(BlocksFor(options)),
+      pool_(options.device == Device::kCpu
+                ? (options.threads > 0 ? options.threads : DefaultThreadCount())
+                : 1),
+      kv_(options.device == Device::kCpu ? model.KvLayoutFor(options.block_size) : KvLayout{},
+          num_blocks_, options.block_size) {
+  if (device_ == Device::kCuda) {
+    auto gpu = MakeGpuRunner(model, options);
+    if (gpu.ok()) {
+      gpu_ = std::move(*gpu);
+    } else {
+      status_ = gpu.status().WithContext("CUDA runner");
+    }
+  }
+}
+
+ModelRunner::~ModelRunner() = default;
 
 StatusOr<TensorView> ModelRunner::Execute(std::span<const SeqChunk> chunks) {
+  if (!status_.ok()) return status_;
+#ifdef DINFER_WITH_CUDA
+  if (gpu_ != nullptr) return gpu_->Execute(chunks);
+#endif
   return Run(chunks, false);
 }
 
 StatusOr<TensorView> ModelRunner::ExecuteDraft(std::span<const SeqChunk> chunks) {
+  if (!status_.ok()) return status_;
+  if (device_ != Device::kCpu) return Unimplemented("draft layers run on the CPU only");
   return Run(chunks, true);
 }
 

@@ -1,6 +1,7 @@
 // ModelRunner: owns the paged KV memory and the thread pool of one model and executes a batch of
 // sequence chunks: builds the attention metadata (slots, block tables, positions) once per step
-// and runs the forward pass. Block allocation is the caller's (the KV manager's) business.
+// and runs the forward pass, on the CPU or through GpuRunner on a CUDA device. Block allocation
+// is the caller's (the KV manager's) business.
 // One Execute at a time; not thread-safe.
 #pragma once
 
@@ -10,16 +11,9 @@
 
 #include "base/thread_pool.h"
 #include "model/model.h"
+#include "runner/seq_chunk.h"
 
 namespace dinfer {
-
-struct SeqChunk {
-  std::span<const int32_t> tokens;       // new tokens of this sequence in this step
-  int64_t start_pos = 0;                 // position of tokens[0]
-  std::span<const int32_t> block_table;  // blocks covering positions [0, start_pos + tokens.size())
-  // Which logits to return: none, the last token's (to sample the next token), or every token's.
-  enum class Logits { kNone, kLast, kAll } logits = Logits::kLast;
-};
 
 struct RunnerOptions {
   int64_t num_blocks = 0;  // 0: enough for max_seq_len of one sequence
@@ -28,22 +22,45 @@ struct RunnerOptions {
   int threads = 0;  // 0: all available cores
   // Quantized weights: f32 activations (reference numerics, slower) instead of 8-bit ones.
   bool f32_activations = false;
+  // kCuda: the forward pass runs on the current CUDA device with the weights copied there as
+  // bf16 (a build with -DDINFER_CUDA=ON, an architecture built on layers::DecoderModel), within
+  // these limits per step.
+  Device device = Device::kCpu;
+  DType cuda_dtype = DType::kBF16;  // f32 keeps CUDA numerics next to the CPU's (tests)
+  int64_t max_num_tokens = 8192;
+  int64_t max_num_seqs = 256;
 };
+
+class GpuRunner;
 
 class ModelRunner {
  public:
+  // A CUDA runner that cannot be set up reports why through status() and every Execute.
   ModelRunner(Model& model, const RunnerOptions& options);
+  ~ModelRunner();
 
-  // Returns logits [rows, vocab], rows in chunk order; valid until the next Execute.
+  // Returns logits [rows, vocab], rows in chunk order, in host memory; valid until the next
+  // Execute.
   StatusOr<TensorView> Execute(std::span<const SeqChunk> chunks);
   // The model's draft (MTP) layer over the chunks of the previous Execute, each chunk's tokens
   // replaced by the tokens that follow them (see Model::ForwardDraft); same logits contract.
+  // CPU only.
   StatusOr<TensorView> ExecuteDraft(std::span<const SeqChunk> chunks);
 
+  const Status& status() const { return status_; }
+  Device device() const { return device_; }
   const Model& model() const { return model_; }
-  int64_t block_size() const { return kv_.block_size(); }
-  int64_t num_blocks() const { return kv_.num_blocks(); }
+  int64_t block_size() const { return block_size_; }
+  int64_t num_blocks() const { return num_blocks_; }
   int threads() const { return pool_.num_threads(); }
+
+  // Whether this build has the CUDA backend and a CUDA device is visible.
+  static bool CudaAvailable();
+  // "cpu", "cuda", or "auto" (CUDA when available, else the CPU).
+  static StatusOr<Device> ParseDevice(std::string_view name);
+  // Bytes of KV cache per block with these options (the model's KV layout in f32 on the CPU,
+  // K and V in cuda_dtype on CUDA).
+  static int64_t KvBytesPerBlock(const Model& model, const RunnerOptions& options);
 
  private:
   // Builds tokens, positions, slots, block tables and logits rows for the chunks.
@@ -52,8 +69,12 @@ class ModelRunner {
 
   Model& model_;
   bool f32_activations_;
+  Device device_;
+  int64_t block_size_, num_blocks_;
   ThreadPool pool_;
-  KvStorage kv_;
+  KvStorage kv_;  // CPU only (no layers on CUDA)
+  std::unique_ptr<GpuRunner> gpu_;
+  Status status_;
   std::vector<int32_t> tokens_, token_seq_, positions_, block_tables_, logits_rows_;
   std::vector<int64_t> slots_;
   Tensor logits_;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/deepseek_v4.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
@@ -471,6 +473,39 @@ TEST(Fp8Test, RepackKeepsValues) {
   }
   s4[3] = 0.3f;  // not a power of two: UE8M0 cannot hold it
   EXPECT_FALSE(RepackMxfp4(w4.data(), s4.data(), rows, cols, packed4.data()));
+}
+
+// Every code of both formats decodes to the same bits on every instruction set.
+TEST(Fp8Test, RowDequantizationSameOnEveryIsa) {
+  std::vector<BlockF8E4M3B32> f8(8);
+  std::vector<BlockMxfp4> f4(16);
+  for (int i = 0; i < 256; ++i) f8[i / 32].qs[i % 32] = static_cast<uint8_t>(i);
+  for (int b = 0; b < 8; ++b) f8[b].d = std::ldexp(1.0f, b - 3);
+  for (int i = 0; i < 256; ++i) f4[i / 16].qs[i % 16] = static_cast<uint8_t>(i);
+  for (int b = 0; b < 16; ++b) f4[b].e = static_cast<uint8_t>(120 + b);
+  const Isa saved = ActiveIsa();
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!IsaSupported(isa)) continue;
+    SetIsaForTesting(isa);
+    SCOPED_TRACE(std::string(IsaName(isa)));
+    std::vector<float> out(512);
+    DequantizeRow(DType::kF8E4M3B32, f8.data(), out.data(), 256);
+    for (int i = 0; i < 256; ++i) {
+      const float want = E4M3ToF32(static_cast<uint8_t>(i)) * f8[i / 32].d;
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(out[i])) << i;
+      } else {
+        EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(want)) << i;
+      }
+    }
+    DequantizeRow(DType::kMxfp4, f4.data(), out.data(), 512);
+    for (int i = 0; i < 512; ++i) {
+      const uint8_t byte = static_cast<uint8_t>(i / 2);
+      const float want = E2M1ToF32(i % 2 ? byte >> 4 : byte & 0xf) * E8M0ToF32(f4[i / 32].e);
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(want)) << i;
+    }
+  }
+  SetIsaForTesting(saved);
 }
 
 }  // namespace

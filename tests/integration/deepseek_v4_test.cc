@@ -1,8 +1,8 @@
-// Tiny random-weight DeepSeek-V4 models (float32, and FP8 / FP4 as V4-Flash ships them) in the
-// published checkpoint layout: dinfer's logits against HF transformers' (float32) over a 64-token
-// prompt and 16 greedy decode steps, and the MTP layer's logits against DeepSeek's MTP block built
-// from transformers' modules. The layers mix sliding-window, compressed sparse and heavily
-// compressed attention, hash-routed and score-routed MoE; compression rates 4 and 8 and a
+// Tiny random-weight DeepSeek-V4 models (float32, bfloat16, and FP8 / FP4 as V4-Flash ships them)
+// in the published checkpoint layout: dinfer's logits against HF transformers' (float32) over a
+// 64-token prompt and 16 greedy decode steps, and the MTP layer's logits against DeepSeek's MTP
+// block built from transformers' modules. The layers mix sliding-window, compressed sparse and
+// heavily compressed attention, hash-routed and score-routed MoE; compression rates 4 and 8 and a
 // 16-token window all matter over 80 tokens. Fixtures:
 // scripts/fixtures/make_deepseek_v4_fixture.py.
 #include <gtest/gtest.h>
@@ -151,6 +151,7 @@ TEST_P(DeepseekV4Test, MatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Variants, DeepseekV4Test,
                          ::testing::Values(Case{"deepseek_v4", 16, false},
                                            Case{"deepseek_v4", 4, true},
+                                           Case{"deepseek_v4_bf16", 16, false},
                                            Case{"deepseek_v4_fp8", 16, true}),
                          Name);
 

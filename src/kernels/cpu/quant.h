@@ -80,6 +80,11 @@ namespace internal {
 // DequantizeRow and QuantizeRowReference for i8, f8_e4m3, f8_e8m0, f8_e4m3_b32 and mxfp4.
 void DequantizeFp8Row(DType type, const void* src, float* dst, int64_t n);
 void QuantizeFp8RowReference(DType type, const float* src, void* dst, int64_t n);
+// Their AVX-512 versions (quant_fp8_avx512.cc), given the element tables: e2m1 [16] and e8m0
+// [256] values, e4m3 [256] values of which the first 128 (the magnitudes) are read.
+void DequantizeMxfp4Avx512(const BlockMxfp4* b, const float* e2m1, const float* e8m0, float* dst,
+                           int64_t nb);
+void DequantizeF8E4M3Avx512(const BlockF8E4M3B32* b, const float* e4m3, float* dst, int64_t nb);
 }  // namespace internal
 
 // Unpacks the 6-bit scales and mins of a Q4_K block.

@@ -6,12 +6,14 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/quant.h"
 
 namespace dinfer::kernels::cpu {
 namespace {
 
-constexpr float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 std::array<float, 256> MakeE4M3Table() {
   std::array<float, 256> t{};
@@ -35,6 +37,16 @@ const std::array<float, 256>& E4M3Table() {
   return table;
 }
 
+const std::array<float, 256>& E8M0Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 255; ++b) t[b] = std::ldexp(1.0f, b - 127);
+    t[255] = std::numeric_limits<float>::quiet_NaN();
+    return t;
+  }();
+  return table;
+}
+
 // Nearest code among the first `n` non-negative codes of a format whose magnitudes increase with
 // the code, ties to the even code; values beyond the largest saturate.
 template <typename Decode>
@@ -51,6 +63,23 @@ uint8_t NearestCode(float mag, int n, Decode decode) {
   return static_cast<uint8_t>(best);
 }
 
+// Hot row loops get one clone per instruction set; the loader picks the best at run time.
+#define DINFER_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+
+DINFER_MULTIVERSION void DecodeE4M3Block(const uint8_t* q, float scale, const float* table,
+                                         float* out) {
+  for (int l = 0; l < kQK; ++l) out[l] = table[q[l]] * scale;
+}
+
+DINFER_MULTIVERSION void DecodeE2M1Block(const uint8_t* q, float scale, float* out) {
+  float lut[16];
+  for (int c = 0; c < 16; ++c) lut[c] = kE2M1[c] * scale;
+  for (int j = 0; j < kQK / 2; ++j) {
+    out[2 * j] = lut[q[j] & 0xf];
+    out[2 * j + 1] = lut[q[j] >> 4];
+  }
+}
+
 // The smallest power of two s with amax / s <= top, as an e8m0 byte.
 uint8_t E8M0For(float amax, float top) {
   if (!(amax > 0.0f)) return 127;
@@ -62,15 +91,9 @@ uint8_t E8M0For(float amax, float top) {
 
 float E4M3ToF32(uint8_t bits) { return E4M3Table()[bits]; }
 
-float E8M0ToF32(uint8_t bits) {
-  if (bits == 0xff) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, static_cast<int>(bits) - 127);
-}
+float E8M0ToF32(uint8_t bits) { return E8M0Table()[bits]; }
 
-float E2M1ToF32(uint8_t code) {
-  const float v = kE2M1[code & 7];
-  return (code & 8) ? -v : v;
-}
+float E2M1ToF32(uint8_t code) { return kE2M1[code & 15]; }
 
 void RepackF8E4M3(const uint8_t* w, const float* scales, int64_t rows, int64_t cols,
                   int64_t block_rows, int64_t block_cols, BlockF8E4M3B32* out) {
@@ -120,20 +143,20 @@ void DequantizeFp8Row(DType type, const void* src, float* dst, int64_t n) {
       return;
     case DType::kF8E4M3B32: {
       const auto* b = static_cast<const BlockF8E4M3B32*>(src);
-      for (int64_t i = 0; i < n / kQK; ++i) {
-        for (int l = 0; l < kQK; ++l) dst[i * kQK + l] = E4M3ToF32(b[i].qs[l]) * b[i].d;
+      if (ActiveIsa() == Isa::kAvx512) {
+        return DequantizeF8E4M3Avx512(b, E4M3Table().data(), dst, n / kQK);
       }
+      const float* table = E4M3Table().data();
+      for (int64_t i = 0; i < n / kQK; ++i) DecodeE4M3Block(b[i].qs, b[i].d, table, dst + i * kQK);
       return;
     }
     case DType::kMxfp4: {
       const auto* b = static_cast<const BlockMxfp4*>(src);
-      for (int64_t i = 0; i < n / kQK; ++i) {
-        const float d = E8M0ToF32(b[i].e);
-        for (int j = 0; j < kQK / 2; ++j) {
-          dst[i * kQK + 2 * j] = E2M1ToF32(b[i].qs[j] & 0xf) * d;
-          dst[i * kQK + 2 * j + 1] = E2M1ToF32(b[i].qs[j] >> 4) * d;
-        }
+      const auto& scales = E8M0Table();
+      if (ActiveIsa() == Isa::kAvx512) {
+        return DequantizeMxfp4Avx512(b, kE2M1, scales.data(), dst, n / kQK);
       }
+      for (int64_t i = 0; i < n / kQK; ++i) DecodeE2M1Block(b[i].qs, scales[b[i].e], dst + i * kQK);
       return;
     }
     default:

@@ -29,6 +29,9 @@ class AttentionLayer {
                  const ops::AttentionMetadata& meta, std::span<const float> inv_freq,
                  Scratch& scratch, const TensorView& out) const;
 
+  const AttentionWeights& weights() const { return w_; }
+  const ops::AttentionOptions& options() const { return opt_; }
+
  private:
   AttentionWeights w_;
   ops::AttentionOptions opt_;

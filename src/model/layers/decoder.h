@@ -27,12 +27,20 @@ class DecoderModel final : public Model {
   Status Forward(const ops::OpContext& ctx, const ForwardInput& in, const KvStorage& kv,
                  const TensorView& logits) override;
 
- private:
+  // Read-only access to the weights, for backends that copy them to a device.
   struct Layer {
     TensorView input_norm, post_norm;
     AttentionLayer attn;
     GatedMlp mlp;
   };
+  const std::vector<Layer>& layers() const { return layers_; }
+  const TensorView& embed() const { return embed_; }
+  const TensorView& final_norm() const { return final_norm_; }
+  const TensorView& lm_head() const { return lm_head_; }
+  const DecoderOptions& options() const { return options_; }
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
+
+ private:
   DecoderModel(ModelConfig config, DecoderOptions options)
       : Model(std::move(config)), options_(options) {}
 

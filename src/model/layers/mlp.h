@@ -17,6 +17,10 @@ class GatedMlp {
   Status Forward(const ops::OpContext& ctx, const TensorView& x, Scratch& scratch,
                  const TensorView& out) const;
 
+  const TensorView& gate() const { return gate_; }
+  const TensorView& up() const { return up_; }
+  const TensorView& down() const { return down_; }
+
  private:
   TensorView gate_, up_, down_;
   int64_t intermediate_ = 0;

@@ -1,5 +1,7 @@
 // Workspace: activation buffers of one model's forward pass, addressed by slot number and reused
-// across layers and steps (grown, never shrunk). Owned by one model; not thread-safe.
+// across layers and steps (grown, never shrunk). Each user numbers its own slots: hyper-connections
+// from 0, MoE from 100, attention from 200, the model itself from 300. Owned by one model; not
+// thread-safe.
 #pragma once
 
 #include <cstdint>

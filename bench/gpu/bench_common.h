@@ -1,0 +1,77 @@
+// Shared pieces of the GPU benchmark driver: event timing (medians), the device limits measured
+// in the same run, random device buffers, and JSON output.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "backend/cuda/device.h"
+#include "backend/cuda/memory.h"
+#include "backend/cuda/stream.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+
+namespace dinfer::bench {
+
+int LaunchRead(const void* data, int64_t bytes, unsigned* sink, int multiprocessors, void* stream);
+
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Median milliseconds of `reps` runs of f (which enqueues work on `stream`), after `warmup` runs;
+// each run is timed with events around it.
+template <typename F>
+StatusOr<double> TimeMs(const cuda::Stream& stream, int warmup, int reps, F&& f) {
+  for (int i = 0; i < warmup; ++i) DINFER_RETURN_IF_ERROR(f());
+  DINFER_ASSIGN_OR_RETURN(cuda::Event start, cuda::Event::Create(true));
+  DINFER_ASSIGN_OR_RETURN(cuda::Event end, cuda::Event::Create(true));
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    DINFER_RETURN_IF_ERROR(start.Record(stream));
+    DINFER_RETURN_IF_ERROR(f());
+    DINFER_RETURN_IF_ERROR(end.Record(stream));
+    DINFER_RETURN_IF_ERROR(end.Synchronize());
+    DINFER_ASSIGN_OR_RETURN(float t, cuda::Event::ElapsedMs(start, end));
+    ms.push_back(t);
+  }
+  return Median(ms);
+}
+
+inline StatusOr<cuda::DeviceBuffer> RandomBuffer(int64_t n, DType dtype, uint64_t seed,
+                                                 float scale = 1.0f) {
+  DINFER_ASSIGN_OR_RETURN(
+      cuda::DeviceBuffer b,
+      cuda::DeviceBuffer::Allocate(static_cast<size_t>(n) * (dtype == DType::kF32 ? 4 : 2)));
+  DINFER_RETURN_IF_ERROR(cuda::CudaStatus(
+      kernels::cuda::FillRandom(b.data(), dtype, n, seed, scale, nullptr), "random fill"));
+  return b;
+}
+
+struct Limits {
+  double read_gbs = 0, copy_gbs = 0, bf16_tflops = 0;
+  boost::json::object ToJson() const {
+    return {
+        {"hbm_read_gbs", read_gbs}, {"d2d_copy_gbs", copy_gbs}, {"bf16_gemm_tflops", bf16_tflops}};
+  }
+};
+
+// HBM read bandwidth (a reduction over 4 GiB), copy bandwidth (read + write counted) and the
+// bf16 matrix rate of cuBLASLt on 8192³, all on random data.
+StatusOr<Limits> MeasureLimits(const cuda::Stream& stream, int multiprocessors);
+
+// The kernel speed table (bench mode "kernels") and the model benchmarks (mode "model").
+// only: run the sections whose name ("gemm", "attention", "elementwise") contains it.
+StatusOr<boost::json::object> KernelBench(const cuda::Stream& stream, const Limits& limits,
+                                          int multiprocessors, const std::string& only);
+struct ModelBenchOptions {
+  std::string config_path;
+  bool throughput = true;    // the 1,000 / 1,000 at 256 concurrent run (the longest part)
+  bool decode_only = false;  // 16 batch-1 decode steps and nothing else (for a profiler)
+};
+StatusOr<boost::json::object> ModelBench(const ModelBenchOptions& options, const Limits& limits);
+
+}  // namespace dinfer::bench

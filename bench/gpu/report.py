@@ -1,0 +1,61 @@
+"""Merges what scripts/gpu measured (tests, kernel table, model benchmarks, the transformers peer)
+into one results JSON and prints a summary.
+
+    python3 bench/gpu/report.py OUTDIR RESULTS.json
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def main():
+    outdir, dest = sys.argv[1], sys.argv[2]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # DINFER_COMMIT first: a copy of the tree may sit inside another checkout.
+    commit = os.environ.get("DINFER_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
+                                    text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = "unknown"
+    res = {"what": "dinfer on one GPU: CUDA tests, kernel speeds, a random-weight model of "
+                   "Llama-3.1-8B's shape (bf16) side by side with HF transformers",
+           "rerun": "scripts/gpu OUTDIR (on the GPU machine; see scripts/gpu)",
+           "commit": commit}
+    for name in ("summary", "kernels", "model", "hf"):
+        data = load(os.path.join(outdir, name + ".json"))
+        if data is not None:
+            res[name] = data
+    tests = load(os.path.join(outdir, "gpu_tests.json"))
+    if tests is not None:
+        res["gpu_tests"] = {k: tests.get(k) for k in ("tests", "failures", "disabled", "errors")}
+    model = (res.get("model") or {}).get("model", {})
+    hf = res.get("hf") or {}
+    keys = {}
+    for k in ("decode_b1_roofline_fraction", "prefill_tflops", "throughput_1000_1000_c256_tok_s",
+              "idle_gap_fraction_b64"):
+        if k in model:
+            keys[k] = model[k]
+    if "decode_b1" in model and "decode_b1" in hf:
+        keys["decode_b1_tok_s"] = model["decode_b1"]["tok_s"]
+        keys["transformers_decode_b1_tok_s"] = hf["decode_b1"]["tok_s"]
+    if "prefill_8x2048" in hf:
+        keys["transformers_prefill_tflops"] = hf["prefill_8x2048"]["tflops"]
+    res["keys"] = keys
+    with open(dest, "w") as f:
+        json.dump(res, f, indent=1)
+    print(json.dumps(keys, indent=1))
+
+
+if __name__ == "__main__":
+    main()

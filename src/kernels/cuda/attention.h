@@ -1,0 +1,64 @@
+// CUDA paged attention (causal, GQA, sliding window, softcap) over a KV cache that already holds
+// the step's new keys and values (written by QkvRopeKvWrite). Same semantics as
+// kernels/cpu AttentionReference. Two kernels share one params struct:
+//  - AttentionRows: one query token per CTA row of work, all heads of a KV-head group together,
+//    keys split across CTAs (flash-decoding) and merged by a second kernel. Any head_dim up to 256,
+//    f32 or bf16; used for decode tokens and for every token of f32 models.
+//  - AttentionPrefill: tiles of 64 query tokens of one sequence against tiles of 64 keys on the
+//    tensor cores (mma.sync bf16, f32 accumulation, online softmax); bf16, head_dim 64 or 128.
+// The per-step metadata (which tokens, tiles, splits) is built once per step on the host (the
+// plan) and read by every layer (the run); sizes are fixed per graph bucket, so replay is safe.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace dinfer::kernels::cuda {
+
+struct AttentionParams {
+  const void* q = nullptr;  // [tokens, q_stride]: head h at column h * head_dim
+  int64_t q_stride = 0;
+  void* out = nullptr;  // [tokens, out_stride]
+  int64_t out_stride = 0;
+  DType dtype = DType::kBF16;
+  const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads * head_dim]
+  const void* v_cache = nullptr;
+  int64_t block_size = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  const int32_t* token_seq = nullptr;     // [tokens]: sequence of each token
+  const int32_t* positions = nullptr;     // [tokens]
+  const int32_t* block_tables = nullptr;  // [seqs, max_blocks_per_seq]
+  int64_t max_blocks_per_seq = 0;
+  float scale = 1.0f;
+  int64_t sliding_window = 0;
+  float softcap = 0.0f;
+
+  // AttentionRows: the tokens to compute (indices into the token arrays) and the key splits.
+  const int32_t* row_tokens = nullptr;
+  int64_t num_rows = 0;
+  int64_t num_splits = 1;
+  // Workspace for num_splits > 1: [num_rows, num_heads, num_splits, head_dim] and [..., 2] f32.
+  float* split_out = nullptr;
+  float* split_stats = nullptr;
+
+  // AttentionPrefill: tile t covers tokens [tile_token[t], min(+64, seq_token_end[tile_seq[t]]))
+  // of sequence tile_seq[t], whose positions are consecutive.
+  const int32_t* tile_seq = nullptr;
+  const int32_t* tile_token = nullptr;
+  const int32_t* seq_token_end = nullptr;  // [seqs]
+  int64_t num_tiles = 0;
+};
+
+inline constexpr int kPrefillTileTokens = 64;
+
+int AttentionRows(const AttentionParams& p, void* stream);
+// Key splits for AttentionRows: enough CTAs to fill the device twice over, at least 512 keys a
+// split, at most kMaxAttentionSplits.
+inline constexpr int64_t kMaxAttentionSplits = 32;
+int64_t ChooseAttentionSplits(int64_t num_rows, int64_t num_heads, int64_t num_kv_heads,
+                              int64_t max_keys, int multiprocessors);
+int AttentionPrefill(const AttentionParams& p, void* stream);
+// Whether AttentionPrefill handles this dtype and head_dim.
+bool PrefillSupports(DType dtype, int64_t head_dim);
+
+}  // namespace dinfer::kernels::cuda

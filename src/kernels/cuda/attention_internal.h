@@ -1,0 +1,14 @@
+// Kernels behind AttentionRows (attention.h), shared between its .cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/attention.h"
+
+namespace dinfer::kernels::cuda {
+
+// The tensor-core kernel for bf16 and head_dim 64 or 128 (PrefillSupports); writes the output,
+// or with num_splits > 1 the split workspace for the merge kernel.
+cudaError_t AttentionDecodeMma(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace dinfer::kernels::cuda

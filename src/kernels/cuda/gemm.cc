@@ -1,0 +1,132 @@
+#include "kernels/cuda/gemm.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+namespace dinfer::kernels::cuda {
+namespace {
+
+Status LtStatus(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return OkStatus();
+  return Internal("cuBLASLt {}: status {}", what, static_cast<int>(s));
+}
+
+cudaDataType_t CudaType(DType t) { return t == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+}  // namespace
+
+// Descriptors and the algorithm for one shape; the column-major view cuBLASLt sees is
+// yᵀ[n, m] = op_T(w as [k, n]) · xᵀ[k, m].
+struct GemmRunner::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(size_t workspace_bytes) {
+  std::unique_ptr<GemmRunner> r(new GemmRunner());
+  cublasLtHandle_t h = nullptr;
+  DINFER_RETURN_IF_ERROR(LtStatus(cublasLtCreate(&h), "create"));
+  r->handle_ = h;
+  if (cudaMalloc(&r->workspace_, workspace_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return Internal("cuBLASLt workspace of {} bytes", workspace_bytes);
+  }
+  r->workspace_bytes_ = workspace_bytes;
+  return r;
+}
+
+GemmRunner::~GemmRunner() {
+  plans_.clear();
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (handle_ != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+StatusOr<const GemmRunner::Plan*> GemmRunner::PlanFor(const GemmParams& p) {
+  const Key key{p.m,
+                p.n,
+                p.k,
+                p.ldx,
+                p.ldw,
+                p.ldy,
+                static_cast<int>(p.in_dtype),
+                static_cast<int>(p.out_dtype)};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+  auto plan = std::make_unique<Plan>();
+  DINFER_RETURN_IF_ERROR(
+      LtStatus(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  DINFER_RETURN_IF_ERROR(
+      LtStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                              sizeof(trans_a)),
+               "transa"));
+  DINFER_RETURN_IF_ERROR(
+      LtStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                              sizeof(trans_b)),
+               "transb"));
+  const cudaDataType_t in = CudaType(p.in_dtype), out = CudaType(p.out_dtype);
+  DINFER_RETURN_IF_ERROR(
+      LtStatus(cublasLtMatrixLayoutCreate(&plan->a, in, static_cast<uint64_t>(p.k),
+                                          static_cast<uint64_t>(p.n), p.ldw),
+               "layout a"));
+  DINFER_RETURN_IF_ERROR(
+      LtStatus(cublasLtMatrixLayoutCreate(&plan->b, in, static_cast<uint64_t>(p.k),
+                                          static_cast<uint64_t>(p.m), p.ldx),
+               "layout b"));
+  DINFER_RETURN_IF_ERROR(
+      LtStatus(cublasLtMatrixLayoutCreate(&plan->c, out, static_cast<uint64_t>(p.n),
+                                          static_cast<uint64_t>(p.m), p.ldy),
+               "layout c"));
+  cublasLtMatmulPreference_t pref = nullptr;
+  DINFER_RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&pref), "preference"));
+  const uint64_t ws = workspace_bytes_;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                       sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a,
+                                     plan->b, plan->c, plan->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  DINFER_RETURN_IF_ERROR(LtStatus(s, "heuristic"));
+  if (found == 0) {
+    return Unimplemented("cuBLASLt has no algorithm for [{}, {}] x [{}, {}]ᵀ ({} -> {})", p.m, p.k,
+                         p.n, p.k, DTypeName(p.in_dtype), DTypeName(p.out_dtype));
+  }
+  plan->algo = result.algo;
+  const Plan* raw = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return raw;
+}
+
+Status GemmRunner::Run(const GemmParams& p, void* stream, GemmImpl impl) {
+  if (p.m == 0 || p.n == 0) return OkStatus();
+  if ((p.in_dtype != DType::kF32 && p.in_dtype != DType::kBF16) ||
+      (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16)) {
+    return Unimplemented("GEMM of {} -> {}", DTypeName(p.in_dtype), DTypeName(p.out_dtype));
+  }
+  const bool gemv = impl == GemmImpl::kGemv ||
+                    (impl == GemmImpl::kAuto && p.m <= kGemvAutoMaxRows && GemvSupports(p));
+  if (gemv) {
+    if (!GemvSupports(p)) return InvalidArgument("GEMV does not take m={} k={}", p.m, p.k);
+    const int e = Gemv(p, stream);
+    if (e != 0) return Internal("GEMV launch: {}", cudaGetErrorString(static_cast<cudaError_t>(e)));
+    return OkStatus();
+  }
+  DINFER_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(p));
+  const float alpha = 1.0f, beta = 0.0f;
+  return LtStatus(
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan->desc, &alpha, p.w, plan->a, p.x,
+                     plan->b, &beta, p.y, plan->c, p.y, plan->c, &plan->algo, workspace_,
+                     workspace_bytes_, static_cast<cudaStream_t>(stream)),
+      "matmul");
+}
+
+}  // namespace dinfer::kernels::cuda

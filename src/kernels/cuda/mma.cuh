@@ -1,0 +1,69 @@
+// Tensor-core and asynchronous-copy helpers for the attention kernels (included by .cu files
+// only): cp.async with zero fill, mma.sync m16n8k16 bf16 with f32 accumulators, ldmatrix, and
+// the paged-cache row lookup.
+#pragma once
+
+#include "kernels/cuda/common.cuh"
+
+namespace dinfer::kernels::cuda {
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool fill) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int bytes = fill ? 16 : 0;  // 0: write zeros, read nothing
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Row of key position j in a paged cache: block table lookup, with shifts when the block size is
+// a power of two (the usual 16), which saves an integer division per key.
+struct PagedRows {
+  const int32_t* table;
+  int block_size, shift;  // shift < 0: not a power of two
+  __device__ __forceinline__ PagedRows(const int32_t* t, int bs)
+      : table(t), block_size(bs), shift(-1) {
+    if ((bs & (bs - 1)) == 0) {
+      shift = 0;
+      while ((1 << shift) < bs) ++shift;
+    }
+  }
+  __device__ __forceinline__ int64_t Slot(int j) const {
+    if (shift >= 0) {
+      return (static_cast<int64_t>(table[j >> shift]) << shift) + (j & (block_size - 1));
+    }
+    return static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+  }
+};
+
+}  // namespace dinfer::kernels::cuda

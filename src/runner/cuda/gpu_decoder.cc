@@ -1,0 +1,351 @@
+#include "runner/cuda/gpu_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backend/cuda/device.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/qkv.h"
+#include "model/layers/decoder.h"
+
+namespace dinfer {
+namespace {
+
+namespace kc = kernels::cuda;
+using cuda::DeviceTensor;
+
+int64_t ElemBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// Copies the rows of a checkpoint weight into rows [row_offset, ...) of a device matrix; block
+// formats are dequantised a few hundred rows at a time.
+Status CopyWeightRows(const TensorView& w, DeviceTensor& dst, int64_t row_offset) {
+  if (!IsQuantized(w.dtype)) return dst.CopyRowsFromHost(w, row_offset);
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  constexpr int64_t kRows = 256;
+  Tensor buf = Tensor::Empty(DType::kF32, {std::min(kRows, rows), cols});
+  std::vector<int32_t> ids;
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int64_t n = std::min(kRows, rows - r0);
+    ids.resize(static_cast<size_t>(n));
+    std::iota(ids.begin(), ids.end(), static_cast<int32_t>(r0));
+    kernels::cpu::EmbeddingParams p;
+    p.table = w.data;
+    p.dtype = w.dtype;
+    p.dim = cols;
+    p.row_bytes = RowBytes(w.dtype, cols);
+    p.vocab = rows;
+    p.ids = ids.data();
+    p.num_tokens = n;
+    p.out = buf.data<float>();
+    kernels::cpu::Embedding(p);
+    DINFER_RETURN_IF_ERROR(dst.CopyRowsFromHost(
+        TensorView::Make(buf.data<float>(), DType::kF32, {n, cols}), r0 + row_offset));
+  }
+  return OkStatus();
+}
+
+// One device matrix holding the given weights' rows one after the other.
+StatusOr<DeviceTensor> Fused(std::initializer_list<const TensorView*> parts, DType dtype) {
+  int64_t rows = 0;
+  const int64_t cols = (*parts.begin())->dim(1);
+  for (const TensorView* p : parts) rows += p->dim(0);
+  DINFER_ASSIGN_OR_RETURN(DeviceTensor t, DeviceTensor::Empty(dtype, {rows, cols}));
+  int64_t offset = 0;
+  for (const TensorView* p : parts) {
+    DINFER_RETURN_IF_ERROR(CopyWeightRows(*p, t, offset));
+    offset += p->dim(0);
+  }
+  return t;
+}
+
+StatusOr<DeviceTensor> HostF32(const std::vector<float>& v) {
+  return DeviceTensor::Upload(
+      TensorView::Make(const_cast<float*>(v.data()), DType::kF32, {static_cast<int64_t>(v.size())}),
+      DType::kF32);
+}
+
+StatusOr<std::optional<DeviceTensor>> OptionalF32(const std::optional<TensorView>& v) {
+  if (!v) return std::optional<DeviceTensor>();
+  DINFER_ASSIGN_OR_RETURN(DeviceTensor t, DeviceTensor::Upload(*v, DType::kF32));
+  return std::optional<DeviceTensor>(std::move(t));
+}
+
+int64_t Bytes(const DeviceTensor& t) { return t.view().nbytes(); }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Upload(const layers::DecoderModel& model,
+                                                         DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return Unimplemented("CUDA weights as {}: use f32 or bf16", DTypeName(dtype));
+  }
+  const ModelConfig& c = model.config();
+  std::unique_ptr<GpuDecoder> g(new GpuDecoder(c, dtype));
+  g->norm_weight_offset_ = model.options().norm_weight_offset;
+  g->embed_scale_ =
+      model.options().scale_embeddings ? std::sqrt(static_cast<float>(c.hidden_size)) : 1.0f;
+  DINFER_ASSIGN_OR_RETURN(g->embed_, Fused({&model.embed()}, dtype));
+  g->weight_bytes_ += Bytes(g->embed_);
+  if (model.lm_head().data != model.embed().data) {
+    DINFER_ASSIGN_OR_RETURN(DeviceTensor head, Fused({&model.lm_head()}, dtype));
+    g->lm_head_ = std::move(head);
+  }
+  DINFER_ASSIGN_OR_RETURN(g->final_norm_, DeviceTensor::Upload(model.final_norm(), DType::kF32));
+  DINFER_ASSIGN_OR_RETURN(g->inv_freq_, HostF32(model.inv_freq()));
+  const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  for (const auto& src : model.layers()) {
+    const layers::AttentionWeights& a = src.attn.weights();
+    Layer l;
+    DINFER_ASSIGN_OR_RETURN(l.input_norm, DeviceTensor::Upload(src.input_norm, DType::kF32));
+    DINFER_ASSIGN_OR_RETURN(l.post_norm, DeviceTensor::Upload(src.post_norm, DType::kF32));
+    DINFER_ASSIGN_OR_RETURN(l.qkv, Fused({&a.q, &a.k, &a.v}, dtype));
+    DINFER_ASSIGN_OR_RETURN(l.o, Fused({&a.o}, dtype));
+    DINFER_ASSIGN_OR_RETURN(l.gate_up, Fused({&src.mlp.gate(), &src.mlp.up()}, dtype));
+    DINFER_ASSIGN_OR_RETURN(l.down, Fused({&src.mlp.down()}, dtype));
+    if (a.q_bias || a.k_bias || a.v_bias) {
+      std::vector<float> bias(static_cast<size_t>(q_dim + 2 * kv_dim), 0.0f);
+      auto put = [&](const std::optional<TensorView>& b, int64_t at) {
+        if (b) std::copy_n(b->as<float>(), b->numel(), bias.begin() + at);
+      };
+      put(a.q_bias, 0);
+      put(a.k_bias, q_dim);
+      put(a.v_bias, q_dim + kv_dim);
+      DINFER_ASSIGN_OR_RETURN(DeviceTensor b, HostF32(bias));
+      l.qkv_bias = std::move(b);
+    }
+    DINFER_ASSIGN_OR_RETURN(l.o_bias, OptionalF32(a.o_bias));
+    DINFER_ASSIGN_OR_RETURN(l.q_norm, OptionalF32(a.q_norm));
+    DINFER_ASSIGN_OR_RETURN(l.k_norm, OptionalF32(a.k_norm));
+    l.sliding_window = src.attn.options().sliding_window;
+    g->attn_scale_ = src.attn.options().scale;
+    g->softcap_ = src.attn.options().softcap;
+    g->weight_bytes_ += Bytes(l.qkv) + Bytes(l.o) + Bytes(l.gate_up) + Bytes(l.down);
+    g->layers_.push_back(std::move(l));
+  }
+  if (g->lm_head_) g->weight_bytes_ += Bytes(*g->lm_head_);
+  DINFER_ASSIGN_OR_RETURN(g->gemm_, kc::GemmRunner::Create());
+  return g;
+}
+
+StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Random(const ModelConfig& c, uint64_t seed) {
+  DINFER_RETURN_IF_ERROR(c.Validate());
+  std::unique_ptr<GpuDecoder> g(new GpuDecoder(c, DType::kBF16));
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  uint64_t stream_id = seed * 1000003;
+  auto random = [&](std::vector<int64_t> shape, float scale) -> StatusOr<DeviceTensor> {
+    DINFER_ASSIGN_OR_RETURN(DeviceTensor t, DeviceTensor::Empty(DType::kBF16, shape));
+    DINFER_RETURN_IF_ERROR(cuda::CudaStatus(
+        kc::FillRandom(t.data(), DType::kBF16, t.view().numel(), ++stream_id, scale, nullptr),
+        "random weights"));
+    g->weight_bytes_ += Bytes(t);
+    return t;
+  };
+  const std::vector<float> ones(static_cast<size_t>(h), 1.0f);
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(h));
+  DINFER_ASSIGN_OR_RETURN(g->embed_, random({c.vocab_size, h}, 1.0f));
+  if (!c.tie_word_embeddings) {
+    DINFER_ASSIGN_OR_RETURN(DeviceTensor head, random({c.vocab_size, h}, in_scale));
+    g->lm_head_ = std::move(head);
+  }
+  DINFER_ASSIGN_OR_RETURN(g->final_norm_, HostF32(ones));
+  DINFER_ASSIGN_OR_RETURN(g->inv_freq_, HostF32(layers::RopeInvFreq(c)));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    Layer l;
+    DINFER_ASSIGN_OR_RETURN(l.input_norm, HostF32(ones));
+    DINFER_ASSIGN_OR_RETURN(l.post_norm, HostF32(ones));
+    DINFER_ASSIGN_OR_RETURN(l.qkv, random({q_dim + 2 * kv_dim, h}, in_scale));
+    DINFER_ASSIGN_OR_RETURN(l.o, random({h, q_dim}, 1.0f / std::sqrt(static_cast<float>(q_dim))));
+    DINFER_ASSIGN_OR_RETURN(l.gate_up, random({2 * inter, h}, in_scale));
+    DINFER_ASSIGN_OR_RETURN(l.down,
+                            random({h, inter}, 1.0f / std::sqrt(static_cast<float>(inter))));
+    l.sliding_window = c.layer_sliding.empty() || !c.layer_sliding[i] ? 0 : c.sliding_window;
+    g->layers_.push_back(std::move(l));
+  }
+  g->attn_scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  DINFER_RETURN_IF_ERROR(cuda::Synchronize());
+  DINFER_ASSIGN_OR_RETURN(g->gemm_, kc::GemmRunner::Create());
+  return g;
+}
+
+Status GpuDecoder::Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_split_cells) {
+  if (max_tokens <= max_tokens_ && max_logits <= max_logits_ &&
+      max_split_cells <= max_split_cells_) {
+    return OkStatus();
+  }
+  max_tokens = std::max(max_tokens, max_tokens_);
+  max_logits = std::max(max_logits, max_logits_);
+  max_split_cells = std::max(max_split_cells, max_split_cells_);
+  const ModelConfig& c = config_;
+  const int64_t e = ElemBytes(dtype_), h = c.hidden_size, inter = c.intermediate_size;
+  const int64_t q_dim = c.num_heads * c.head_dim, kv = kv_dim();
+  const int64_t sizes[] = {
+      max_tokens * h * 4,     max_tokens * h * e, max_tokens * (q_dim + 2 * kv) * e,
+      max_tokens * q_dim * e, max_tokens * h * e, max_tokens * 2 * inter * e,
+      max_tokens * inter * e, max_logits * h * e, max_split_cells * c.head_dim * 4,
+      max_split_cells * 2 * 4};
+  size_t total = 0;
+  for (int64_t s : sizes) total += static_cast<size_t>(s) + cuda::DeviceArena::kAlignment;
+  DINFER_ASSIGN_OR_RETURN(arena_, cuda::DeviceArena::Create(total));
+  void* ptrs[std::size(sizes)];
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    ptrs[i] = arena_.Allocate(static_cast<size_t>(sizes[i]));
+  }
+  hidden_ = static_cast<float*>(ptrs[0]);
+  normed_ = ptrs[1];
+  qkv_buf_ = ptrs[2];
+  attn_ = ptrs[3];
+  branch_ = ptrs[4];
+  gate_up_ = ptrs[5];
+  act_ = ptrs[6];
+  last_ = ptrs[7];
+  split_out_ = static_cast<float*>(ptrs[8]);
+  split_stats_ = static_cast<float*>(ptrs[9]);
+  max_tokens_ = max_tokens;
+  max_logits_ = max_logits;
+  max_split_cells_ = max_split_cells;
+  return OkStatus();
+}
+
+Status GpuDecoder::Gemm(const void* x, const DeviceTensor& w, void* y, int64_t m, DType out,
+                        void* stream) {
+  kc::GemmParams p;
+  p.x = x;
+  p.w = w.data();
+  p.y = y;
+  p.m = m;
+  p.n = w.view().dim(0);
+  p.k = w.view().dim(1);
+  p.ldx = p.k;
+  p.ldw = p.k;
+  p.ldy = p.n;
+  p.in_dtype = dtype_;
+  p.out_dtype = out;
+  return gemm_->Run(p, stream);
+}
+
+Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* logits, void* stream) {
+  const ModelConfig& c = config_;
+  const int64_t n = step.num_tokens;
+  if (n == 0) return OkStatus();
+  if (n > max_tokens_ || step.num_logits > max_logits_ ||
+      (step.num_splits > 1 && step.num_rows * c.num_heads * step.num_splits > max_split_cells_)) {
+    return InvalidArgument("step of {} tokens, {} logits rows exceeds the reserved {} / {}", n,
+                           step.num_logits, max_tokens_, max_logits_);
+  }
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const int64_t q_dim = c.num_heads * c.head_dim, kvd = kv_dim();
+  auto check = [](int e, const char* what) { return cuda::CudaStatus(e, what); };
+
+  kc::EmbeddingParams emb;
+  emb.table = embed_.data();
+  emb.dtype = dtype_;
+  emb.ids = step.tokens;
+  emb.out = hidden_;
+  emb.num_tokens = n;
+  emb.dim = h;
+  emb.scale = embed_scale_;
+  DINFER_RETURN_IF_ERROR(check(kc::Embedding(emb, stream), "embedding"));
+
+  kc::RmsNormParams norm;
+  norm.residual = hidden_;
+  norm.dtype = dtype_;
+  norm.rows = n;
+  norm.dim = h;
+  norm.eps = static_cast<float>(c.rms_norm_eps);
+  norm.weight_offset = norm_weight_offset_;
+  norm.out = normed_;
+
+  kc::QkvParams qp;
+  qp.qkv = qkv_buf_;
+  qp.qkv_stride = q_dim + 2 * kvd;
+  qp.dtype = dtype_;
+  qp.num_tokens = n;
+  qp.num_heads = c.num_heads;
+  qp.num_kv_heads = c.num_kv_heads;
+  qp.head_dim = c.head_dim;
+  qp.norm_eps = static_cast<float>(c.rms_norm_eps);
+  qp.positions = step.positions;
+  qp.inv_freq = inv_freq_.as<float>();
+  qp.rotary_dim = c.rotary_dim;
+  qp.interleaved = c.rope_interleaved;
+  qp.slot_mapping = step.slots;
+
+  kc::AttentionParams at;
+  at.q = qkv_buf_;
+  at.q_stride = q_dim + 2 * kvd;
+  at.out = attn_;
+  at.out_stride = q_dim;
+  at.dtype = dtype_;
+  at.block_size = kv.block_size;
+  at.num_heads = c.num_heads;
+  at.num_kv_heads = c.num_kv_heads;
+  at.head_dim = c.head_dim;
+  at.token_seq = step.token_seq;
+  at.positions = step.positions;
+  at.block_tables = step.block_tables;
+  at.max_blocks_per_seq = step.max_blocks_per_seq;
+  at.scale = attn_scale_;
+  at.softcap = softcap_;
+  at.row_tokens = step.row_tokens;
+  at.num_rows = step.num_rows;
+  at.num_splits = step.num_splits;
+  at.split_out = split_out_;
+  at.split_stats = split_stats_;
+  at.tile_seq = step.tile_seq;
+  at.tile_token = step.tile_token;
+  at.seq_token_end = step.seq_token_end;
+  at.num_tiles = step.num_tiles;
+
+  kc::SiluMulParams act;
+  act.gate = gate_up_;
+  act.up = static_cast<char*>(gate_up_) + inter * ElemBytes(dtype_);
+  act.out = act_;
+  act.dtype = dtype_;
+  act.rows = n;
+  act.dim = inter;
+  act.in_stride = 2 * inter;
+
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    norm.add = i == 0 ? nullptr : branch_;
+    norm.add_bias = nullptr;  // the add is the previous MLP's output, which has no bias
+    norm.weight = l.input_norm.as<float>();
+    DINFER_RETURN_IF_ERROR(check(kc::RmsNorm(norm, stream), "input norm"));
+    DINFER_RETURN_IF_ERROR(Gemm(normed_, l.qkv, qkv_buf_, n, dtype_, stream));
+    qp.bias = l.qkv_bias ? l.qkv_bias->as<float>() : nullptr;
+    qp.q_norm = l.q_norm ? l.q_norm->as<float>() : nullptr;
+    qp.k_norm = l.k_norm ? l.k_norm->as<float>() : nullptr;
+    qp.k_cache = kv.k[i];
+    qp.v_cache = kv.v[i];
+    DINFER_RETURN_IF_ERROR(check(kc::QkvRopeKvWrite(qp, stream), "qkv rope kv-write"));
+    at.k_cache = kv.k[i];
+    at.v_cache = kv.v[i];
+    at.sliding_window = l.sliding_window;
+    DINFER_RETURN_IF_ERROR(check(kc::AttentionRows(at, stream), "attention rows"));
+    DINFER_RETURN_IF_ERROR(check(kc::AttentionPrefill(at, stream), "attention prefill"));
+    DINFER_RETURN_IF_ERROR(Gemm(attn_, l.o, branch_, n, dtype_, stream));
+    norm.add = branch_;
+    norm.add_bias = l.o_bias ? l.o_bias->as<float>() : nullptr;
+    norm.weight = l.post_norm.as<float>();
+    DINFER_RETURN_IF_ERROR(check(kc::RmsNorm(norm, stream), "post-attention norm"));
+    DINFER_RETURN_IF_ERROR(Gemm(normed_, l.gate_up, gate_up_, n, dtype_, stream));
+    DINFER_RETURN_IF_ERROR(check(kc::SiluMul(act, stream), "silu mul"));
+    DINFER_RETURN_IF_ERROR(Gemm(act_, l.down, branch_, n, dtype_, stream));
+  }
+  kc::RmsNormParams final_norm = norm;
+  final_norm.add = branch_;
+  final_norm.add_bias = nullptr;
+  final_norm.rows_index = step.logits_rows;
+  final_norm.write_back = false;
+  final_norm.rows = step.num_logits;
+  final_norm.weight = final_norm_.as<float>();
+  final_norm.out = last_;
+  DINFER_RETURN_IF_ERROR(check(kc::RmsNorm(final_norm, stream), "final norm"));
+  return Gemm(last_, lm_head_ ? *lm_head_ : embed_, logits, step.num_logits, DType::kF32, stream);
+}
+
+}  // namespace dinfer

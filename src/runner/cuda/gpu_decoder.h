@@ -1,0 +1,107 @@
+// GpuDecoder: the forward pass of layers::DecoderModel (Llama, Qwen2/3, Mistral, SmolLM2) on one
+// CUDA device. Weights are copied to the device as f32 or bf16, with q/k/v and gate/up fused into
+// one matrix each; activations are the weights' dtype except the residual stream (f32). A layer is
+// RMSNorm(+residual) → qkv GEMM → bias/qk-norm/rope/KV write → paged attention → o GEMM →
+// RMSNorm(+residual) → gate/up GEMM → SiLU·mul → down GEMM.
+// The step's metadata (GpuStep) is device memory built by the runner once per step (the plan);
+// every layer reads it (the run). Activation buffers have fixed addresses (graph replay).
+// Thread-safety: Forward enqueues on one stream; one thread at a time.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "backend/cuda/device_tensor.h"
+#include "kernels/cuda/gemm.h"
+#include "model/config.h"
+#include "tensor/dtype.h"
+
+namespace dinfer::layers {
+class DecoderModel;
+}
+
+namespace dinfer {
+
+// Device pointers into one step's plan.
+struct GpuStep {
+  int64_t num_tokens = 0, num_seqs = 0;
+  const int32_t* tokens = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* token_seq = nullptr;
+  const int64_t* slots = nullptr;
+  const int32_t* seq_token_end = nullptr;
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  int64_t max_blocks_per_seq = 0;
+  const int32_t* logits_rows = nullptr;  // token index of each logits row
+  int64_t num_logits = 0;
+  // Attention work: tokens for the one-token kernel (and its key splits), tiles for the prefill
+  // one.
+  const int32_t* row_tokens = nullptr;
+  int64_t num_rows = 0, num_splits = 1;
+  const int32_t* tile_seq = nullptr;
+  const int32_t* tile_token = nullptr;
+  int64_t num_tiles = 0;
+};
+
+// Per-layer paged K and V caches ([num_blocks, block_size, kv_dim] of the model's dtype).
+struct GpuKvCache {
+  std::vector<void*> k, v;
+  int64_t block_size = 0;
+};
+
+class GpuDecoder {
+ public:
+  // Copies a DecoderModel's weights to the current device as `dtype` (f32 or bf16); quantized
+  // weights are dequantised on the way.
+  static StatusOr<std::unique_ptr<GpuDecoder>> Upload(const layers::DecoderModel& model,
+                                                      DType dtype);
+  // bf16 weights of a config's shapes, uniform random, made on the device (speed benchmarks).
+  static StatusOr<std::unique_ptr<GpuDecoder>> Random(const ModelConfig& config, uint64_t seed);
+
+  // Activation buffers for steps of up to max_tokens tokens, max_logits logits rows and
+  // max_split_cells cells of split-K attention workspace (rows × heads × splits).
+  Status Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_split_cells);
+  int64_t max_tokens() const { return max_tokens_; }
+  int64_t max_logits() const { return max_logits_; }
+
+  // Enqueues one forward pass on `stream`: logits [step.num_logits, vocab] f32.
+  Status Forward(const GpuStep& step, const GpuKvCache& kv, float* logits, void* stream);
+
+  const ModelConfig& config() const { return config_; }
+  DType dtype() const { return dtype_; }
+  int64_t kv_dim() const { return config_.num_kv_heads * config_.head_dim; }
+  // Bytes of weights one forward pass reads (each matrix once).
+  int64_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  struct Layer {
+    cuda::DeviceTensor input_norm, post_norm;  // f32
+    cuda::DeviceTensor qkv, o, gate_up, down;
+    std::optional<cuda::DeviceTensor> qkv_bias, o_bias, q_norm, k_norm;  // f32
+    int64_t sliding_window = 0;
+  };
+  GpuDecoder(ModelConfig config, DType dtype) : config_(std::move(config)), dtype_(dtype) {}
+  Status Gemm(const void* x, const cuda::DeviceTensor& w, void* y, int64_t m, DType out,
+              void* stream);
+
+  ModelConfig config_;
+  DType dtype_;
+  float norm_weight_offset_ = 0.0f;
+  float embed_scale_ = 1.0f;
+  float attn_scale_ = 1.0f, softcap_ = 0.0f;
+  cuda::DeviceTensor embed_, final_norm_, inv_freq_;
+  std::optional<cuda::DeviceTensor> lm_head_;  // absent: tied to embed_
+  std::vector<Layer> layers_;
+  int64_t weight_bytes_ = 0;
+  std::unique_ptr<kernels::cuda::GemmRunner> gemm_;
+
+  cuda::DeviceArena arena_;
+  int64_t max_tokens_ = 0, max_logits_ = 0, max_split_cells_ = 0;
+  float* hidden_ = nullptr;  // [max_tokens, hidden] f32 residual stream
+  void *normed_ = nullptr, *qkv_buf_ = nullptr, *attn_ = nullptr, *branch_ = nullptr;
+  void *gate_up_ = nullptr, *act_ = nullptr, *last_ = nullptr;
+  float *split_out_ = nullptr, *split_stats_ = nullptr;
+};
+
+}  // namespace dinfer

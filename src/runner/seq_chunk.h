@@ -1,0 +1,19 @@
+// SeqChunk: what one step computes for one sequence (its new tokens, where they start, its block
+// table, which logits to return). The unit of work that every runner (CPU or CUDA) executes.
+// A plain value of views; the memory it points to must outlive the step.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace dinfer {
+
+struct SeqChunk {
+  std::span<const int32_t> tokens;       // new tokens of this sequence in this step
+  int64_t start_pos = 0;                 // position of tokens[0]
+  std::span<const int32_t> block_table;  // blocks covering positions [0, start_pos + tokens.size())
+  // Which logits to return: none, the last token's (to sample the next token), or every token's.
+  enum class Logits { kNone, kLast, kAll } logits = Logits::kLast;
+};
+
+}  // namespace dinfer

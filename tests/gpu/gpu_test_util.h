@@ -1,0 +1,109 @@
+// Helpers for the GPU conformance tests: random host data, bf16 rounding, device buffers filled
+// from host vectors (and poisoned with NaN before a kernel writes them), and error norms.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/device.h"
+#include "backend/cuda/memory.h"
+#include "base/half.h"
+#include "tensor/dtype.h"
+
+namespace dinfer::gpu_test {
+
+#define SKIP_WITHOUT_GPU() \
+  if (::dinfer::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
+
+#define ASSERT_CUDA_OK(expr) ASSERT_EQ(static_cast<int>(expr), 0) << #expr
+#define ASSERT_STATUS_OK(expr)                              \
+  do {                                                      \
+    const ::dinfer::Status s_ = (expr);                     \
+    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString(); \
+  } while (0)
+
+inline std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+// Values as the device sees them in `dtype` (bf16 rounds to nearest even).
+inline std::vector<float> RoundTo(DType dtype, std::vector<float> v) {
+  if (dtype == DType::kBF16) {
+    for (auto& x : v) x = Bf16ToF32(F32ToBf16(x));
+  }
+  return v;
+}
+
+inline size_t ElemSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+
+// A device buffer holding `v` as `dtype`.
+inline cuda::DeviceBuffer Upload(const std::vector<float>& v, DType dtype) {
+  auto b = cuda::DeviceBuffer::Allocate(std::max<size_t>(v.size(), 1) * ElemSize(dtype));
+  EXPECT_TRUE(b.ok());
+  if (dtype == DType::kF32) {
+    EXPECT_TRUE(b->CopyFromHost(v.data(), v.size() * 4).ok());
+  } else {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = F32ToBf16(v[i]);
+    EXPECT_TRUE(b->CopyFromHost(h.data(), h.size() * 2).ok());
+  }
+  return std::move(*b);
+}
+
+template <typename T>
+cuda::DeviceBuffer UploadRaw(const std::vector<T>& v) {
+  auto b = cuda::DeviceBuffer::Allocate(std::max<size_t>(v.size(), 1) * sizeof(T));
+  EXPECT_TRUE(b.ok());
+  EXPECT_TRUE(b->CopyFromHost(v.data(), v.size() * sizeof(T)).ok());
+  return std::move(*b);
+}
+
+// n elements of `dtype` filled with NaN, so that unwritten outputs fail the comparison.
+inline cuda::DeviceBuffer Poisoned(size_t n, DType dtype) {
+  std::vector<uint8_t> bytes(std::max<size_t>(n, 1) * ElemSize(dtype), 0xff);
+  return UploadRaw(bytes);
+}
+
+inline std::vector<float> Download(const cuda::DeviceBuffer& b, size_t n, DType dtype) {
+  std::vector<float> out(n);
+  EXPECT_TRUE(cuda::Synchronize().ok());
+  if (dtype == DType::kF32) {
+    EXPECT_TRUE(b.CopyToHost(out.data(), n * 4).ok());
+  } else {
+    std::vector<uint16_t> h(n);
+    EXPECT_TRUE(b.CopyToHost(h.data(), n * 2).ok());
+    for (size_t i = 0; i < n; ++i) out[i] = Bf16ToF32(h[i]);
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<T> DownloadRaw(const cuda::DeviceBuffer& b, size_t n) {
+  std::vector<T> out(n);
+  EXPECT_TRUE(cuda::Synchronize().ok());
+  EXPECT_TRUE(b.CopyToHost(out.data(), n * sizeof(T)).ok());
+  return out;
+}
+
+// ‖got − want‖ / ‖want‖ over all elements; infinity when any element is not finite.
+inline double RelError(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+    ref += double{want[i]} * want[i];
+  }
+  return std::sqrt(diff / std::max(ref, 1e-300));
+}
+
+// Tolerances: f32 arithmetic against double references; bf16 outputs (8-bit mantissa).
+inline double Tolerance(DType out) { return out == DType::kF32 ? 2e-5 : 1e-2; }
+
+}  // namespace dinfer::gpu_test
