@@ -27,7 +27,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 
-struct SessionShared {
+struct ConnectionShared {
   HttpServerOptions options;
   HttpHandler handler;
   HttpErrorHandler error_handler;
@@ -52,9 +52,9 @@ std::string Head(unsigned status, const std::string& content_type, const HttpHea
 
 }  // namespace
 
-class Session : public std::enable_shared_from_this<Session> {
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Session(tcp::socket&& socket, std::shared_ptr<const SessionShared> shared)
+  Connection(tcp::socket&& socket, std::shared_ptr<const ConnectionShared> shared)
       : stream_(std::move(socket)), shared_(std::move(shared)) {}
 
   void Start() {
@@ -296,7 +296,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   beast::tcp_stream stream_;
-  std::shared_ptr<const SessionShared> shared_;
+  std::shared_ptr<const ConnectionShared> shared_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string out_, writing_buf_;
@@ -311,16 +311,16 @@ class Session : public std::enable_shared_from_this<Session> {
 
 void HttpExchange::Reply(unsigned status, std::string content_type, std::string body,
                          HttpHeaders headers) {
-  session_->Reply(serial_, status, std::move(content_type), std::move(body), std::move(headers));
+  connection_->Reply(serial_, status, std::move(content_type), std::move(body), std::move(headers));
 }
 void HttpExchange::BeginStream(unsigned status, std::string content_type, HttpHeaders headers) {
-  session_->BeginStream(serial_, status, std::move(content_type), std::move(headers));
+  connection_->BeginStream(serial_, status, std::move(content_type), std::move(headers));
 }
-void HttpExchange::Write(std::string data) { session_->Write(serial_, std::move(data)); }
-void HttpExchange::End() { session_->End(serial_); }
-void HttpExchange::Post(std::function<void()> fn) { session_->Post(std::move(fn)); }
+void HttpExchange::Write(std::string data) { connection_->Write(serial_, std::move(data)); }
+void HttpExchange::End() { connection_->End(serial_); }
+void HttpExchange::Post(std::function<void()> fn) { connection_->Post(std::move(fn)); }
 void HttpExchange::OnDisconnect(std::function<void()> fn) {
-  session_->OnDisconnect(serial_, std::move(fn));
+  connection_->OnDisconnect(serial_, std::move(fn));
 }
 
 HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler,
@@ -329,8 +329,8 @@ HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler,
       ioc_(options_.io_threads),
       acceptor_(net::make_strand(ioc_)),
       active_(std::make_shared<std::atomic<int64_t>>(0)) {
-  shared_ = std::make_shared<const SessionShared>(
-      SessionShared{options_, std::move(handler), std::move(error_handler), active_});
+  shared_ = std::make_shared<const ConnectionShared>(
+      ConnectionShared{options_, std::move(handler), std::move(error_handler), active_});
 }
 
 HttpServer::~HttpServer() { Stop(); }
@@ -358,7 +358,7 @@ void HttpServer::Accept() {
     if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
     if (!ec) {
       socket.set_option(tcp::no_delay(true), ec);
-      std::make_shared<Session>(std::move(socket), shared_)->Start();
+      std::make_shared<Connection>(std::move(socket), shared_)->Start();
     } else {
       log::Warn("accept failed: {}", ec.message());
     }

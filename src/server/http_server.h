@@ -28,14 +28,14 @@ namespace dinfer::server {
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 
-class Session;
-struct SessionShared;
+class Connection;
+struct ConnectionShared;
 
 // One request's response, written once (Reply) or as a stream (BeginStream, Write..., End).
 class HttpExchange {
  public:
-  HttpExchange(std::shared_ptr<Session> session, uint64_t serial)
-      : session_(std::move(session)), serial_(serial) {}
+  HttpExchange(std::shared_ptr<Connection> connection, uint64_t serial)
+      : connection_(std::move(connection)), serial_(serial) {}
 
   void Reply(unsigned status, std::string content_type, std::string body, HttpHeaders headers = {});
   // A chunked response whose body follows in Write() calls; End() completes it.
@@ -48,7 +48,7 @@ class HttpExchange {
   void OnDisconnect(std::function<void()> fn);
 
  private:
-  std::shared_ptr<Session> session_;
+  std::shared_ptr<Connection> connection_;
   uint64_t serial_;  // which of the connection's requests this is
 };
 
@@ -85,7 +85,7 @@ class HttpServer {
   void Accept();
 
   HttpServerOptions options_;
-  std::shared_ptr<const SessionShared> shared_;  // what every connection needs
+  std::shared_ptr<const ConnectionShared> shared_;  // what every connection needs
   boost::asio::io_context ioc_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::shared_ptr<std::atomic<int64_t>> active_;
