@@ -201,6 +201,7 @@ def main():
     ap.add_argument("--dinfer", default=os.path.join(ROOT, "build", "bin", "dinfer"))
     ap.add_argument("--limit", type=int, default=0, help="schemas per folder (0: all)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--instances-out", help="also write the instances (JSONL: file, text, ids) here")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", f"{datetime.date(2026, 11, 30)}-structured-vs-peers.json"))
     args = ap.parse_args()
     if not os.path.isdir(args.data):
@@ -259,11 +260,12 @@ def main():
 
     # dinfer: one C++ run over the same folder and instances.
     with tempfile.TemporaryDirectory() as tmp:
-        inst_path = os.path.join(tmp, "instances.jsonl")
+        inst_path = args.instances_out or os.path.join(tmp, "instances.jsonl")
         with open(inst_path, "w") as fo:
             for r in rel:
                 if "instance_ids" in records[r]:
-                    fo.write(json.dumps({"file": r, "ids": records[r]["instance_ids"]}) + "\n")
+                    fo.write(json.dumps({"file": r, "text": records[r]["instance"], "by": records[r]["instance_by"],
+                                         "ids": records[r]["instance_ids"]}, ensure_ascii=False) + "\n")
         out_path = os.path.join(tmp, "dinfer.json")
         cmd = [args.dinfer, "grammar", "bench", args.data, "--tokenizer", args.tokenizer,
                "--instances", inst_path, "--json", out_path]
@@ -339,6 +341,20 @@ def main():
                 errs[key] = errs.get(key, 0) + 1
         failures[e] = dict(sorted(errs.items(), key=lambda kv: -kv[1])[:25])
     result["unsupported_reasons"] = failures
+    per_schema = []
+    for r in rel:
+        row = {"file": r}
+        for e in engines:
+            x = records[r].get(e)
+            if not x:
+                continue
+            row[e] = {"ok": x["ok"], "compile_ms": round(x["compile_ms"], 3)}
+            if "mask_us" in x:
+                row[e]["tokens"] = len(x["mask_us"])
+                row[e]["mask_us_max"] = round(max(x["mask_us"]), 2) if x["mask_us"] else 0
+                row[e]["instance_accepted"] = x["instance_accepted"]
+        per_schema.append(row)
+    result["schemas"] = per_schema
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as fo:
         json.dump(result, fo, indent=1)

@@ -136,9 +136,10 @@ int RunMatch(const GrammarArgs& a) {
     return kExitUsage;
   }
   auto grammar = structured::BuildGrammar(*c);
-  StatusOr<std::shared_ptr<const CompiledGrammar>> compiled = grammar.status();
   structured::GrammarCompiler compiler(structured::TokenIndex::FromTokenizer(**tok));
-  if (grammar.ok()) compiled = compiler.Compile(*grammar);
+  const StatusOr<std::shared_ptr<const CompiledGrammar>> compiled =
+      grammar.ok() ? compiler.Compile(*grammar)
+                   : StatusOr<std::shared_ptr<const CompiledGrammar>>(grammar.status());
   if (!compiled.ok()) {
     std::fprintf(stderr, "unsupported: %s\n", compiled.status().ToString().c_str());
     return kExitUnsupported;
@@ -226,8 +227,9 @@ int RunBenchDir(const GrammarArgs& a) {
     c.json.max_whitespace = a.max_whitespace;
     const auto t0 = std::chrono::steady_clock::now();
     auto grammar = structured::BuildGrammar(c);
-    StatusOr<std::shared_ptr<const CompiledGrammar>> compiled = grammar.status();
-    if (grammar.ok()) compiled = compiler.Compile(*grammar);
+    const StatusOr<std::shared_ptr<const CompiledGrammar>> compiled =
+        grammar.ok() ? compiler.Compile(*grammar)
+                     : StatusOr<std::shared_ptr<const CompiledGrammar>>(grammar.status());
     const double ms = MsSince(t0);
     rec["compile_ms"] = ms;
     rec["ok"] = compiled.ok();

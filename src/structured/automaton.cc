@@ -155,6 +155,7 @@ class NfaBuilder {
         int32_t cur;
         if (e.max == kUnbounded) {
           cur = New();
+          if (e.absorbing) nfa_.absorbing.push_back(cur);
           nfa_.states[cur].eps.push_back(next);
           const int32_t body = BuildUncached(kid, cur);
           nfa_.states[cur].eps.push_back(body);
@@ -192,11 +193,19 @@ class NfaBuilder {
 StatusOr<Dfa> Determinize(const Nfa& nfa, int32_t start, int32_t final, int64_t limit,
                           const std::string& rule_name) {
   std::vector<uint32_t> stamp(nfa.states.size(), 0);
+  std::vector<uint8_t> absorbing(nfa.states.size(), 0);
+  for (int32_t s : nfa.absorbing) absorbing[s] = 1;
   uint32_t epoch = 0;
   std::vector<int32_t> stack, closed;
   SeqInterner sets;
-  // Interns the epsilon closure of `seeds`.
+  // Interns the epsilon closure of `seeds`; a set holding an absorbing loop is just that loop.
   auto closure = [&](std::vector<int32_t>& seeds) {
+    for (int32_t s : seeds) {
+      if (absorbing[s]) {
+        seeds.assign(1, s);
+        break;
+      }
+    }
     ++epoch;
     closed.clear();
     stack.swap(seeds);
@@ -206,6 +215,13 @@ StatusOr<Dfa> Determinize(const Nfa& nfa, int32_t start, int32_t final, int64_t 
       if (stamp[s] == epoch) continue;
       stamp[s] = epoch;
       closed.push_back(s);
+      if (absorbing[s] && closed.size() > 1) {
+        // Reached through epsilons: restart from the loop alone.
+        stack.assign(1, s);
+        closed.clear();
+        ++epoch;
+        continue;
+      }
       for (int32_t t : nfa.states[s].eps) {
         if (stamp[t] != epoch) stack.push_back(t);
       }

@@ -159,6 +159,12 @@ ExprId Grammar::Repeat(ExprId e, uint32_t min, uint32_t max) {
   return Add(std::move(r));
 }
 
+ExprId Grammar::AbsorbingStar(ExprId e) {
+  const ExprId r = Star(e);
+  if (exprs_[r].kind == Expr::Kind::kRepeat) exprs_[r].absorbing = true;
+  return r;
+}
+
 ExprId Grammar::Ref(RuleId rule) {
   Expr e = Make(Expr::Kind::kRule);
   e.rule = rule;

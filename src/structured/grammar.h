@@ -62,6 +62,10 @@ struct Expr {
   };
   Kind kind = Kind::kEmpty;
   ByteMark mark = ByteMark::kNone;  // kBytes
+  // kRepeat (unbounded): reaching this loop makes every other way through the rule redundant
+  // (its language contains theirs), so the automaton forgets them. A search pattern's trailing
+  // "anything" is such a loop; without it, determinizing a.*b|c.*d tracks every partial match.
+  bool absorbing = false;
   CharEncoding encoding = CharEncoding::kUtf8;
   uint32_t min = 0, max = 0;
   RuleId rule = -1;
@@ -96,6 +100,8 @@ class Grammar {
   ExprId Optional(ExprId e) { return Repeat(e, 0, 1); }
   ExprId Star(ExprId e) { return Repeat(e, 0, kUnbounded); }
   ExprId Plus(ExprId e) { return Repeat(e, 1, kUnbounded); }
+  // Star(e), marked absorbing (see Expr::absorbing).
+  ExprId AbsorbingStar(ExprId e);
   ExprId Ref(RuleId rule);
 
   // A rule is declared first (so that bodies can refer to it, recursively) and defined later.

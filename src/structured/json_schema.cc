@@ -230,6 +230,14 @@ StatusOr<ExprId> Converter::Alternatives(const json::object& s, const Ctx& ctx) 
         return Error(ctx, fmt::format("'{}' must be a non-empty array", kw));
       }
       const json::array& items = list->as_array();
+      const Flattener flatten = [&](const json::value& v) -> std::optional<json::object> {
+        if (v.is_bool()) {
+          return v.get_bool() ? json::object{} : json::object{{"enum", json::array{}}};
+        }
+        if (!v.is_object()) return std::nullopt;
+        auto f = Flatten(v.as_object(), ctx, 0);
+        return f.ok() ? std::optional<json::object>(std::move(*f)) : std::nullopt;
+      };
       std::vector<json::object> next;
       for (const json::object& a : alts) {
         const size_t first = next.size();
@@ -250,7 +258,7 @@ StatusOr<ExprId> Converter::Alternatives(const json::object& s, const Ctx& ctx) 
         if (std::string_view(kw) == "oneOf") {
           for (size_t i = first; i < next.size(); ++i) {
             for (size_t j = i + 1; j < next.size(); ++j) {
-              if (!Disjoint(next[i], next[j])) {
+              if (!Disjoint(next[i], next[j], flatten)) {
                 return Unsupported(
                     ctx, fmt::format("oneOf whose alternatives {} and {} may both match", i - first,
                                      j - first));

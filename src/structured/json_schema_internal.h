@@ -87,7 +87,9 @@ StatusOr<uint32_t> CountKeyword(const json::object& schema, std::string_view key
 StatusOr<json::object> MergeSchemas(const json::object& a, const json::object& b);
 
 // Whether no instance can match both schemas (a sufficient check; false means "maybe").
-bool Disjoint(const json::object& a, const json::object& b);
+// `flatten` resolves a property's schema ($ref, allOf) to an object, when it can.
+using Flattener = std::function<std::optional<json::object>(const json::value&)>;
+bool Disjoint(const json::object& a, const json::object& b, const Flattener& flatten);
 
 // JSON text of a property key, canonically escaped.
 std::string KeyLiteral(std::string_view name);
