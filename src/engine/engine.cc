@@ -212,7 +212,7 @@ class EngineImpl final : public Engine {
       }
     }
     auto result = grammars_->Get(c).get();
-    if (!result.ok()) return result.status().WithContext("structured output: ");
+    if (!result.ok()) return result.status().WithContext("structured output");
     return result;
   }
 

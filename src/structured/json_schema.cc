@@ -42,12 +42,11 @@ Draft DraftOf(const json::value& root, int32_t fallback) {
 }  // namespace
 
 Status Converter::Error(const Ctx& ctx, std::string_view what) const {
-  return InvalidArgument("JSON Schema at '{}': {}", ctx.path.empty() ? "/" : ctx.path, what);
+  return InvalidArgument("JSON Schema at '{}': {}", Where(ctx), what);
 }
 
 Status Converter::Unsupported(const Ctx& ctx, std::string_view keyword) const {
-  return Unimplemented("JSON Schema: {} at '{}' is not supported", keyword,
-                       ctx.path.empty() ? "/" : ctx.path);
+  return Unimplemented("JSON Schema: {} at '{}' is not supported", keyword, Where(ctx));
 }
 
 StatusOr<ExprId> Converter::MemoRule(const std::string& key, const std::string& name,
@@ -147,7 +146,8 @@ StatusOr<ExprId> Converter::Value(const json::value& schema, const Ctx& ctx) {
 
 StatusOr<ExprId> Converter::RefValue(std::string_view ref, const Ctx& ctx) {
   auto target = index_.Resolve(ref, ctx.base);
-  if (!target.ok()) return target.status().WithContext(fmt::format("at '{}': ", ctx.path));
+  if (!target.ok())
+    return target.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
   const auto [schema, base] = *target;
   Ctx t{base, ctx.path, ctx.depth};
   const std::string key = fmt::format("ref:{}", static_cast<const void*>(schema));
@@ -181,7 +181,8 @@ StatusOr<json::object> Converter::Flatten(const json::object& schema, const Ctx&
   };
   if (const json::value* ref = r.if_contains("$ref"); ref && ref->is_string()) {
     auto target = index_.Resolve(ref->as_string(), ctx.base);
-    if (!target.ok()) return target.status().WithContext(fmt::format("at '{}': ", ctx.path));
+    if (!target.ok())
+      return target.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
     r.erase("$ref");
     DINFER_ASSIGN_OR_RETURN(json::object t,
                             flat_of(*target->first, Ctx{target->second, ctx.path, ctx.depth}));
@@ -200,7 +201,8 @@ StatusOr<json::object> Converter::Flatten(const json::object& schema, const Ctx&
       c.path += fmt::format("/allOf/{}", i);
       DINFER_ASSIGN_OR_RETURN(json::object sub, flat_of(list[i], c));
       auto merged = MergeSchemas(r, sub);
-      if (!merged.ok()) return merged.status().WithContext(fmt::format("at '{}': ", c.path));
+      if (!merged.ok())
+        return merged.status().WithContext(fmt::format("JSON Schema at '{}'", Where(c)));
       r = std::move(*merged);
       // A merged part may bring its own allOf / $ref.
       if (r.contains("allOf") || r.contains("$ref")) {
@@ -252,7 +254,8 @@ StatusOr<ExprId> Converter::Alternatives(const json::object& s, const Ctx& ctx) 
           c.base = index_.BaseOf(items[i].as_object(), ctx.base);
           DINFER_ASSIGN_OR_RETURN(json::object sub, Flatten(items[i].as_object(), c, 0));
           auto merged = MergeSchemas(a, sub);
-          if (!merged.ok()) return merged.status().WithContext(fmt::format("at '{}': ", c.path));
+          if (!merged.ok())
+            return merged.status().WithContext(fmt::format("JSON Schema at '{}'", Where(c)));
           next.push_back(std::move(*merged));
         }
         if (std::string_view(kw) == "oneOf") {
@@ -357,7 +360,7 @@ StatusOr<bool> Converter::LiteralAllowed(const json::value& v, const json::objec
     if (n < min || n > max) return false;
     if (const json::value* p = s.if_contains("pattern"); p && p->is_string()) {
       auto m = PatternMatches(p->as_string(), text, true);
-      if (!m.ok()) return m.status().WithContext(fmt::format("at '{}': ", ctx.path));
+      if (!m.ok()) return m.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
       return *m;
     }
     if (const json::value* f = s.if_contains("format"); f && f->is_string()) {
@@ -467,7 +470,7 @@ StatusOr<ExprId> Converter::String(const json::object& s, const Ctx& ctx) {
         body = g_.Star(g_.Chars(cr->codepoints, CharEncoding::kJsonString));
       } else {
         auto e = RegexToExpr(pattern, {.search = true, .encoding = CharEncoding::kJsonString}, &g_);
-        if (!e.ok()) return e.status().WithContext(fmt::format("at '{}': ", ctx.path));
+        if (!e.ok()) return e.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
         body = *e;
       }
     } else if (!format.empty()) {

@@ -179,7 +179,8 @@ StatusOr<ExprId> Converter::Object(const json::object& s, const Ctx& ctx) {
       for (Prop& p : props) {
         for (const auto& kv : pp->as_object()) {
           auto m = PatternMatches(kv.key(), p.name, true);
-          if (!m.ok()) return m.status().WithContext(fmt::format("at '{}': ", ctx.path));
+          if (!m.ok())
+            return m.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
           if (*m) p.schema = json::object{{"allOf", json::array{p.schema, kv.value()}}};
         }
       }
@@ -213,9 +214,30 @@ StatusOr<ExprId> Converter::Object(const json::object& s, const Ctx& ctx) {
       DINFER_ASSIGN_OR_RETURN(ExprId v, Value(props[i].schema, c));
       pairs[i] = g_.Seq({g_.Literal(KeyLiteral(props[i].name)), Sep(':'), v});
     }
-    // Other properties, after the listed ones.
-    ExprId other = g_.Nothing();
+    // Other properties, after the listed ones. Pattern properties that cannot change what other
+    // keys may hold (one schema for every key: a pattern matching any key, or the same schema as
+    // additionalProperties) are plain additional properties.
+    const json::value* extra_schema = ap;
+    bool patterns_apart = has_patterns;
     if (has_patterns) {
+      auto text = [](const json::value* v) {
+        const std::string t = v ? SerializeCompact(*v) : "true";
+        return t == "{}" ? std::string("true") : t;
+      };
+      std::set<std::string> schemas;
+      bool universal = false;
+      for (const auto& kv : pp->as_object()) {
+        schemas.insert(text(&kv.value()));
+        auto m = PatternMatches(kv.key(), "", true);
+        universal |= m.ok() && *m;
+      }
+      if (schemas.size() == 1 && (universal || *schemas.begin() == text(ap))) {
+        extra_schema = &pp->as_object().begin()->value();
+        patterns_apart = false;
+      }
+    }
+    ExprId other = g_.Nothing();
+    if (patterns_apart) {
       if (ap && !IsFalse(*ap)) {
         return Unsupported(ctx, "patternProperties together with additionalProperties");
       }
@@ -242,13 +264,13 @@ StatusOr<ExprId> Converter::Object(const json::object& s, const Ctx& ctx) {
         alts.push_back(g_.Seq({k, Sep(':'), v}));
       }
       other = g_.Alt(std::move(alts));
-    } else if (extra) {
+    } else if (extra && !(extra_schema && IsFalse(*extra_schema))) {
       Ctx c = ctx;
       c.path += "/additionalProperties";
       DINFER_ASSIGN_OR_RETURN(ExprId k, KeyExcept(names));
       ExprId v;
-      if (ap) {
-        DINFER_ASSIGN_OR_RETURN(v, Value(*ap, c));
+      if (extra_schema) {
+        DINFER_ASSIGN_OR_RETURN(v, Value(*extra_schema, c));
       } else {
         v = AnyValue();
       }

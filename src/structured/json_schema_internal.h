@@ -131,6 +131,7 @@ class Converter {
   StatusOr<ExprId> MemoRule(const std::string& key, const std::string& name,
                             const std::function<StatusOr<ExprId>(RuleId)>& make);
 
+  static std::string Where(const Ctx& ctx) { return ctx.path.empty() ? "/" : ctx.path; }
   Status Error(const Ctx& ctx, std::string_view what) const;
   Status Unsupported(const Ctx& ctx, std::string_view keyword) const;
 
