@@ -95,15 +95,6 @@ void TokenIndex::Build(const std::vector<uint8_t>& excluded) {
   for (int32_t i = 1; i < static_cast<int32_t>(nodes_.size()); i = nodes_[i].subtree_end) {
     root_children_.push_back(i);
   }
-  uint64_t h = 0xCBF29CE484222325ull;
-  auto mix = [&](uint64_t x) { h = (h ^ x) * 0x100000001B3ull; };
-  for (const std::string& t : bytes_) {
-    for (char c : t) mix(static_cast<uint8_t>(c));
-    mix(0x1FF);
-  }
-  for (int32_t id : stop_ids_) mix(static_cast<uint64_t>(id) + 0x10000);
-  for (int32_t id : sorted_) mix(static_cast<uint64_t>(id) + 0x20000000);
-  fingerprint_ = h;
 }
 
 }  // namespace dinfer::structured

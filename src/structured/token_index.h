@@ -47,8 +47,6 @@ class TokenIndex {
   // Token ids in byte order; nodes index into this.
   const std::vector<int32_t>& sorted() const { return sorted_; }
   int32_t max_token_bytes() const { return max_token_bytes_; }
-  // A fingerprint of the vocabulary and stop ids, for cache keys.
-  uint64_t fingerprint() const { return fingerprint_; }
 
  private:
   void Build(const std::vector<uint8_t>& excluded);
@@ -60,7 +58,6 @@ class TokenIndex {
   std::vector<int32_t> root_children_;
   std::vector<int32_t> sorted_;
   int32_t max_token_bytes_ = 0;
-  uint64_t fingerprint_ = 0;
 };
 
 // Bitmask helpers: bit i of word i / 32 is token i.

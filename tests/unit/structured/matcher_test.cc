@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "structured/json_schema.h"
 #include "structured/regex.h"
 #include "test_util.h"
 
@@ -53,6 +54,26 @@ TEST(Matcher, MasksEqualBruteForceOnNestedGrammar) {
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   WalkAndCheck(*g, "[[\"hello world\",12],\"x\\n\\u00e9\",[]]", true, 3);
   WalkAndCheck(*g, "[1,[2,[3", false, 2);
+}
+
+// JSON grammars exercise every kind of mask: derived and shared string masks, the key-exclusion
+// rule of additional properties, counted whitespace and lengths, masks computed on first use.
+TEST(Matcher, MasksEqualBruteForceOnJsonSchema) {
+  DINFER_REQUIRE_TOKENIZER();
+  const std::string schema = R"({"type":"object","properties":{
+    "name":{"type":"string","maxLength":12},"id":{"type":"string","pattern":"^[a-f0-9]{4,8}$"},
+    "when":{"type":"string","format":"date"},"score":{"type":"number","minimum":-1,"maximum":1},
+    "kind":{"enum":["alpha","beta"]},"tags":{"type":"array","items":{"type":"integer"},"maxItems":3}},
+    "required":["name"]})";
+  auto grammar = JsonSchemaToGrammar(std::string_view(schema));
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  auto g = DefaultCompiler()->Compile(*grammar);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  WalkAndCheck(*g,
+               R"({"name": "Zoë \"Z\"", "id":"beef01", "when":"2024-02-29",)"
+               R"( "score":-0.25,"kind":"beta","tags":[1, 22],"extra":{"x":[true,null]}})",
+               true, 2);
+  WalkAndCheck(*g, "{\n  \"name\": \"a\",\n  \"tags\": [\n", false, 1);
 }
 
 TEST(Matcher, CountedStringBoundsAreExact) {
