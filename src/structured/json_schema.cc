@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <span>
 
 #include "structured/json_schema_internal.h"
 #include "structured/regex.h"
@@ -37,6 +38,62 @@ Draft DraftOf(const json::value& root, int32_t fallback) {
   if (u.find("draft-07") != std::string_view::npos) return Draft::k7;
   if (u.find("2019-09") != std::string_view::npos) return Draft::k2019;
   return Draft::k2020;
+}
+
+bool AllDisjoint(std::span<json::object> alts, const Flattener& flatten) {
+  for (size_t i = 0; i < alts.size(); ++i) {
+    for (size_t j = i + 1; j < alts.size(); ++j) {
+      if (!Disjoint(alts[i], alts[j], flatten)) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> Required(const json::object& s) {
+  std::vector<std::string> out;
+  if (const json::value* r = s.if_contains("required"); r && r->is_array()) {
+    for (const auto& x : r->as_array()) {
+      if (x.is_string()) out.emplace_back(x.as_string());
+    }
+  }
+  return out;
+}
+
+// oneOf over objects told apart by the properties they require (as with {"required": ["ssn"]}
+// and {"required": ["ein"]}): when every alternative requires something another does not, each
+// is generated as an object without the properties that only the others require, so that no
+// output matches two alternatives. A restriction of what is generated, never an acceptance of
+// what is invalid.
+bool ExcludeOthersRequired(std::span<json::object> alts) {
+  std::vector<std::vector<std::string>> req;
+  for (const json::object& a : alts) req.push_back(Required(a));
+  auto missing_from = [&](size_t i, size_t j) {  // required by j, not by i
+    std::vector<std::string> out;
+    for (const std::string& q : req[j]) {
+      if (std::find(req[i].begin(), req[i].end(), q) == req[i].end()) out.push_back(q);
+    }
+    return out;
+  };
+  for (size_t i = 0; i < alts.size(); ++i) {
+    auto types = DeclaredTypes(alts[i]);
+    if (!types.ok() || !(*types & kObject)) return false;
+    for (size_t j = 0; j < alts.size(); ++j) {
+      if (i != j && missing_from(i, j).empty()) return false;
+    }
+  }
+  for (size_t i = 0; i < alts.size(); ++i) {
+    json::object& a = alts[i];
+    a["type"] = "object";
+    json::object props;
+    if (const json::value* p = a.if_contains("properties"); p && p->is_object())
+      props = p->as_object();
+    for (size_t j = 0; j < alts.size(); ++j) {
+      if (i == j) continue;
+      for (const std::string& q : missing_from(i, j)) props[q] = false;
+    }
+    a["properties"] = std::move(props);
+  }
+  return true;
 }
 
 }  // namespace
@@ -259,14 +316,9 @@ StatusOr<ExprId> Converter::Alternatives(const json::object& s, const Ctx& ctx) 
           next.push_back(std::move(*merged));
         }
         if (std::string_view(kw) == "oneOf") {
-          for (size_t i = first; i < next.size(); ++i) {
-            for (size_t j = i + 1; j < next.size(); ++j) {
-              if (!Disjoint(next[i], next[j], flatten)) {
-                return Unsupported(
-                    ctx, fmt::format("oneOf whose alternatives {} and {} may both match", i - first,
-                                     j - first));
-              }
-            }
+          std::span<json::object> group(next.data() + first, next.size() - first);
+          if (!AllDisjoint(group, flatten) && !ExcludeOthersRequired(group)) {
+            return Unsupported(ctx, "oneOf whose alternatives may match the same value");
           }
         }
       }

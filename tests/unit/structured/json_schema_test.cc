@@ -132,6 +132,17 @@ TEST(JsonSchema, AnyOfOneOfAllOf) {
   EXPECT_FALSE(testutil::ByteCompiler().Compile(*none).ok());
 }
 
+TEST(JsonSchema, OneOfToldApartByRequiredPropertiesExcludesTheOthers) {
+  // Each alternative is generated without what only the others require: nothing matches two.
+  Expect(R"({"type":"object","properties":{"ssn":{"type":"string"},"ein":{"type":"string"}},
+    "oneOf":[{"required":["ssn"]},{"required":["ein"]}]})",
+         {R"({"ssn":"1"})", R"({"ein":"2"})", R"({"ssn":"1","x":0})"},
+         {R"({"ssn":"1","ein":"2"})", R"({})", R"({"x":0,"ein":"2","ssn":"1"})"});
+  auto g = JsonSchemaToGrammar(
+      std::string_view(R"({"oneOf":[{"required":["a"]},{"required":["a","b"]}]})"));
+  EXPECT_EQ(g.status().code(), StatusCode::kUnimplemented);  // the second contains the first
+}
+
 TEST(JsonSchema, PatternPropertiesForEveryKeyAreAdditionalProperties) {
   Expect(R"({"type":"object","patternProperties":{".*":{"type":"integer"}}})", {R"({"a":1,"b":2})"},
          {R"({"a":"x"})"});
