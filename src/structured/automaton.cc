@@ -177,6 +177,19 @@ class NfaBuilder {
         nfa_.states[s].calls.emplace_back(e.rule, next);
         return s;
       }
+      case Expr::Kind::kDfa: {
+        const int32_t base = static_cast<int32_t>(nfa_.states.size());
+        for (size_t i = 0; i < e.dfa->states.size(); ++i) New();
+        for (size_t i = 0; i < e.dfa->states.size(); ++i) {
+          const ByteDfa::State& st = e.dfa->states[i];
+          NfaState& ns = nfa_.states[base + i];
+          for (const ByteDfa::Edge& edge : st.edges) {
+            ns.bytes.push_back({edge.lo, edge.hi, 0, base + edge.to});
+          }
+          if (st.final) ns.eps.push_back(next);
+        }
+        return base;
+      }
     }
     return next;
   }

@@ -171,6 +171,13 @@ ExprId Grammar::Ref(RuleId rule) {
   return Add(std::move(e));
 }
 
+ExprId Grammar::Dfa(std::shared_ptr<const ByteDfa> dfa) {
+  if (dfa->states.empty()) return Nothing();
+  Expr e = Make(Expr::Kind::kDfa);
+  e.dfa = std::move(dfa);
+  return Add(std::move(e));
+}
+
 RuleId Grammar::AddRule(std::string name) {
   rules_.push_back(Rule{.name = std::move(name)});
   return static_cast<RuleId>(rules_.size() - 1);
@@ -238,6 +245,9 @@ void ExprText(const Grammar& g, ExprId id, std::string* out) {
       return;
     case Expr::Kind::kRule:
       *out += g.rule(e.rule).name;
+      return;
+    case Expr::Kind::kDfa:
+      *out += fmt::format("<automaton: {} states>", e.dfa->states.size());
       return;
   }
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,6 +43,20 @@ enum class CharEncoding : uint8_t {
   kJsonStringAnyEscape,
 };
 
+// A small deterministic automaton over bytes embedded in an expression: what regular operations
+// the expressions lack (complement, intersection) is built as an automaton and spliced in.
+struct ByteDfa {
+  struct Edge {
+    uint8_t lo, hi;
+    int32_t to;
+  };
+  struct State {
+    bool final = false;
+    std::vector<Edge> edges;
+  };
+  std::vector<State> states;  // state 0 is the start
+};
+
 // Marks on byte transitions of counted rules (see Rule::counted).
 enum class ByteMark : uint8_t {
   kNone = 0,
@@ -59,6 +74,7 @@ struct Expr {
     kAlt,
     kRepeat,  // kids[0] repeated min..max times (max may be kUnbounded)
     kRule,    // a reference to rule `rule`
+    kDfa,     // the language of `dfa`
   };
   Kind kind = Kind::kEmpty;
   ByteMark mark = ByteMark::kNone;  // kBytes
@@ -71,6 +87,7 @@ struct Expr {
   RuleId rule = -1;
   Ranges ranges;
   std::vector<ExprId> kids;
+  std::shared_ptr<const ByteDfa> dfa;  // kDfa
 };
 
 struct Rule {
@@ -103,6 +120,8 @@ class Grammar {
   // Star(e), marked absorbing (see Expr::absorbing).
   ExprId AbsorbingStar(ExprId e);
   ExprId Ref(RuleId rule);
+  // The language of a byte automaton (Nothing when it accepts nothing).
+  ExprId Dfa(std::shared_ptr<const ByteDfa> dfa);
 
   // A rule is declared first (so that bodies can refer to it, recursively) and defined later.
   RuleId AddRule(std::string name);

@@ -122,6 +122,11 @@ class Converter {
   StatusOr<ExprId> Array(const json::object& s, const Ctx& ctx);
   StatusOr<ExprId> Object(const json::object& s, const Ctx& ctx);
   StatusOr<ExprId> KeyExcept(const std::vector<std::string>& names);
+  // JSON string literals (canonical spelling) whose characters match every pattern of `all_of`
+  // (search semantics), no pattern of `none_of`, and are none of `names`.
+  StatusOr<ExprId> KeyLanguage(const std::vector<std::string>& all_of,
+                               const std::vector<std::string>& none_of,
+                               const std::vector<std::string>& names, const Ctx& ctx);
 
   ExprId Ws();
   ExprId Sep(char c);  // ws c ws
@@ -140,6 +145,7 @@ class Converter {
   Draft draft_ = Draft::k2020;
   SchemaIndex index_;
   std::unordered_map<std::string, RuleId> memo_;
+  std::unordered_map<std::string, ExprId> key_languages_;
   RuleId ws_ = -1, any_value_ = -1, any_object_ = -1, any_array_ = -1, free_string_ = -1;
 };
 

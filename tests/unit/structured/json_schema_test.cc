@@ -148,6 +148,20 @@ TEST(JsonSchema, PatternPropertiesForEveryKeyAreAdditionalProperties) {
          {R"({"a":"x"})"});
 }
 
+TEST(JsonSchema, PatternPropertiesAndOtherKeys) {
+  // Keys matching ^x- take integers, other keys strings; the listed "x-id" takes both schemas.
+  const std::string s = R"({"type":"object","properties":{"x-id":{"minimum":5}},
+    "patternProperties":{"^x-":{"type":"integer"}},"additionalProperties":{"type":"string"}})";
+  Expect(s, {R"({"x-id":7,"x-a":1,"b":"s"})", R"({"b":"s","x-c":-2})", R"({})"},
+         {R"({"x-id":3})", R"({"x-a":"s"})", R"({"b":1})", R"({"x-id":7,"x-id":8})"});
+  Expect(R"({"patternProperties":{"^a":{"type":"integer"},"^b":{"type":"string"}},
+    "additionalProperties":false,"type":"object"})",
+         {R"({"a1":1,"b1":"x"})"}, {R"({"c":1})", R"({"a":"x"})"});
+  auto g = JsonSchemaToGrammar(
+      std::string_view(R"({"patternProperties":{"a":{"type":"integer"},"b":{"type":"string"}}})"));
+  EXPECT_EQ(g.status().code(), StatusCode::kUnimplemented);  // "ab" would need both
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"not":{"type":"string"}})", "not"},
