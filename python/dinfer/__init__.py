@@ -23,13 +23,15 @@ __all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "RequestOutput", 
 class StructuredOutputsParams:
     """One constraint on the output: a JSON Schema (json, as a dict or its text), any JSON object
     (json_object=True), a regular expression, an EBNF grammar (GBNF or W3C notation) or a choice
-    among strings. max_whitespace bounds JSON whitespace runs (0: compact, -1: unbounded)."""
+    among strings. max_whitespace bounds JSON whitespace runs (0: compact, -1: unbounded);
+    disable_any_whitespace=True (vLLM's name) means compact."""
     json: Optional[Union[str, dict]] = None
     regex: Optional[str] = None
     choice: Optional[List[str]] = None
     grammar: Optional[str] = None
     json_object: Optional[bool] = None
     max_whitespace: int = 16
+    disable_any_whitespace: bool = False
 
     def _to_native(self) -> "_dinfer.StructuredOutput":
         given = [(k, v) for k, v in (("json_schema", self.json), ("regex", self.regex),
@@ -38,7 +40,7 @@ class StructuredOutputsParams:
         if len(given) != 1:
             raise ValueError("structured outputs: give exactly one of json, regex, choice, grammar, json_object")
         kind, value = given[0]
-        return _structured(kind, value, self.max_whitespace)
+        return _structured(kind, value, 0 if self.disable_any_whitespace else self.max_whitespace)
 
 
 _SO_TYPES = {"json_schema": "json_schema", "json": "json_schema", "json_object": "json_object",
