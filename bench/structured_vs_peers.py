@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -202,6 +203,7 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="schemas per folder (0: all)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--instances-out", help="also write the instances (JSONL: file, text, ids) here")
+    ap.add_argument("--details", help="also write every schema's figures per engine here (JSON)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", f"{datetime.date(2026, 11, 30)}-structured-vs-peers.json"))
     args = ap.parse_args()
     if not os.path.isdir(args.data):
@@ -248,9 +250,11 @@ def main():
                     value = json.loads(inst)
                     if not validator.is_valid(value):
                         continue
+                    json.dumps(value, allow_nan=False)
                 except Exception:
                     continue
-                compact = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+                # Python's json accepts Infinity and NaN, which JSON does not have.
+                compact = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
                 records[r]["instance"] = compact
                 records[r]["instance_ids"] = hf.encode(compact)
                 records[r]["instance_by"] = p.name
@@ -343,7 +347,8 @@ def main():
         for r in rel:
             err = records[r].get(e, {}).get("error")
             if err:
-                key = err.split(" at '")[0][:100]
+                key = re.sub(r" ?at '[^']*'", "", err.split("\n")[0])
+                key = re.sub(r"^\[[0-9:]+\] \S+ ", "", key)[:120]
                 errs[key] = errs.get(key, 0) + 1
         failures[e] = dict(sorted(errs.items(), key=lambda kv: -kv[1])[:25])
     result["unsupported_reasons"] = failures
@@ -361,7 +366,9 @@ def main():
                 row[e]["mask_cpu_us_max"] = round(max(x["mask_cpu_us"]), 2) if x["mask_cpu_us"] else 0
                 row[e]["instance_accepted"] = x["instance_accepted"]
         per_schema.append(row)
-    result["schemas"] = per_schema
+    if args.details:
+        with open(args.details, "w") as fo:
+            json.dump(per_schema, fo)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as fo:
         json.dump(result, fo, indent=1)
