@@ -259,6 +259,9 @@ EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
       const Live& live = live_.at(c.id);
       job.samplers.push_back(live.sampler);
       job.matchers.push_back(live.matcher);
+      // This step's token goes to position start + count; the ones before it were generated.
+      const int64_t generated = c.start_pos + c.num_tokens - r->num_prompt_tokens;
+      job.remaining.push_back(r->max_new_tokens - generated);
     }
     if (c.start_pos < r->num_prompt_tokens) {
       stats_.prompt_tokens += std::min(c.num_tokens, r->num_prompt_tokens - c.start_pos);
@@ -278,7 +281,8 @@ EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
       for (size_t i = 0; i < job.matchers.size(); ++i) {
         if (!job.matchers[i]) continue;
         masks[i].resize(structured::BitmaskWords(job.matchers[i]->vocab_size()));
-        job.matchers[i]->FillNextTokenBitmask(masks[i].data());
+        // Near the token limit the grammar steers to a shortest completion.
+        job.matchers[i]->FillNextTokenBitmask(masks[i].data(), job.remaining[i]);
       }
     });
   }

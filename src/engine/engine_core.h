@@ -109,6 +109,7 @@ class EngineCore {
     std::vector<SeqChunk> chunks;
     std::vector<std::shared_ptr<sample::Sampler>> samplers;      // one per sampling chunk
     std::vector<std::shared_ptr<structured::Matcher>> matchers;  // per sampling chunk, or null
+    std::vector<int64_t> remaining;  // per sampling chunk: tokens it may still generate
   };
   struct StepResult {
     Status status;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
+#include <queue>
 #include <unordered_map>
 #include <utility>
 
@@ -347,6 +349,7 @@ class AutomatonBuilder {
       }
     }
     DINFER_RETURN_IF_ERROR(CheckLeftRecursion(&a));
+    ComputeDistances(&a);
     return a;
   }
 
@@ -375,6 +378,67 @@ class AutomatonBuilder {
       }
     }
     return seen;
+  }
+
+  // Shortest completions: each rule's shortest text and each state's fewest bytes to its rule's
+  // end, where a call costs its rule's shortest text; to a fixpoint over the calls.
+  static void ComputeDistances(Automaton* a) {
+    const int32_t nr = a->num_rules();
+    // Edges reversed: (from, weight in bytes or -1 - callee for a call).
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> rev(a->num_states());
+    std::vector<std::vector<int32_t>> callers(nr);
+    for (int32_t s = 0; s < a->num_states(); ++s) {
+      for (int b = 0; b < 256; ++b) {
+        const int32_t w = a->Next(s, static_cast<uint8_t>(b));
+        if (w >= 0) rev[w & kTargetMask].emplace_back(s, 1);
+      }
+      for (const Automaton::Call* c = a->calls_begin(s); c != a->calls_end(s); ++c) {
+        rev[c->ret].emplace_back(s, -1 - c->rule);
+        callers[c->rule].push_back(a->states_[s].rule);
+      }
+    }
+    for (auto& rs : a->rules_) rs.min_bytes = kInfiniteCount;
+    for (auto& st : a->states_) st.to_end = kInfiniteCount;
+    std::vector<uint8_t> queued(nr, 1);
+    std::vector<int32_t> work(nr);
+    for (int32_t r = 0; r < nr; ++r) work[r] = r;
+    using Item = std::pair<uint64_t, int32_t>;
+    while (!work.empty()) {
+      const int32_t r = work.back();
+      work.pop_back();
+      queued[r] = 0;
+      Automaton::RuleInfo& info = a->rules_[r];
+      std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
+      for (int32_t s = info.first_state; s < info.end_state; ++s) {
+        a->states_[s].to_end = a->states_[s].final ? 0 : kInfiniteCount;
+        if (a->states_[s].final) heap.emplace(0, s);
+      }
+      while (!heap.empty()) {
+        const auto [d, s] = heap.top();
+        heap.pop();
+        if (d > a->states_[s].to_end) continue;
+        for (const auto& [p, w] : rev[s]) {
+          const uint64_t cost = w > 0 ? 1 : a->rules_[-1 - w].min_bytes;
+          if (cost >= kInfiniteCount) continue;
+          const uint64_t nd = d + cost;
+          if (nd < a->states_[p].to_end) {
+            a->states_[p].to_end =
+                static_cast<uint32_t>(std::min<uint64_t>(nd, kInfiniteCount - 1));
+            heap.emplace(nd, p);
+          }
+        }
+      }
+      const uint32_t shortest = a->states_[info.start].to_end;
+      if (shortest != info.min_bytes) {
+        info.min_bytes = shortest;
+        for (int32_t c : callers[r]) {
+          if (!queued[c]) {
+            queued[c] = 1;
+            work.push_back(c);
+          }
+        }
+      }
+    }
   }
 
   // Nullable rules, then the rules each rule can call before consuming a byte; a cycle there is

@@ -91,6 +91,12 @@ void TokenIndex::Build(const std::vector<uint8_t>& excluded) {
     nodes_[n].sub_tok_end = static_cast<int32_t>(ids.size());
   }
   nodes_[0].tok_begin = nodes_[0].tok_end = 0;
+  single_byte_.fill(-1);
+  for (int32_t id : ids) {
+    if (bytes_[id].size() == 1 && single_byte_[static_cast<uint8_t>(bytes_[id][0])] < 0) {
+      single_byte_[static_cast<uint8_t>(bytes_[id][0])] = id;
+    }
+  }
   root_children_.clear();
   for (int32_t i = 1; i < static_cast<int32_t>(nodes_.size()); i = nodes_[i].subtree_end) {
     root_children_.push_back(i);

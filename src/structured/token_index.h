@@ -6,6 +6,7 @@
 // construction; share one per tokenizer across threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,6 +39,8 @@ class TokenIndex {
   int32_t vocab_size() const { return static_cast<int32_t>(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[id]; }
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+  // The matchable token whose bytes are exactly `b`, or -1.
+  int32_t single_byte_token(uint8_t b) const { return single_byte_[b]; }
   bool IsStop(int32_t id) const;
   // Whether the grammar can match the token's bytes (special tokens and empty tokens: never).
   bool matchable(int32_t id) const { return matchable_[id] != 0; }
@@ -56,6 +59,7 @@ class TokenIndex {
   std::vector<uint8_t> matchable_;
   std::vector<Node> nodes_;
   std::vector<int32_t> root_children_;
+  std::array<int32_t, 256> single_byte_{};
   std::vector<int32_t> sorted_;
   int32_t max_token_bytes_ = 0;
 };

@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--count", type=int, default=50)
     ap.add_argument("--max-tokens", type=int, default=640)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--temperature", type=float, default=0.6)
     ap.add_argument("--json", help="write each schema's outcome here")
     args = ap.parse_args()
     if not os.path.isdir(args.data):
@@ -51,7 +52,8 @@ def main():
         prompt = ("<|im_start|>system\nYou write JSON documents that follow the given JSON Schema.<|im_end|>\n"
                   f"<|im_start|>user\nSchema:\n{text[:1500]}\nWrite one example document.<|im_end|>\n"
                   "<|im_start|>assistant\n")
-        sp = dinfer.SamplingParams(temperature=0.6, top_p=0.95, seed=len(chosen) + 1, max_tokens=args.max_tokens,
+        sp = dinfer.SamplingParams(temperature=args.temperature, top_p=0.95, seed=len(chosen) + 1,
+                                   max_tokens=args.max_tokens,
                                    so_args={"schema_type": "json_schema", "schema": text, "max_whitespace": 4})
         try:
             llm.generate(["x"], dinfer.SamplingParams(max_tokens=1, so_args=sp.so_args))
