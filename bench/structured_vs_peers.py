@@ -12,7 +12,9 @@ Instances come from a seeded random walk of xgrammar's masks (llguidance's when 
 xgrammar adds no properties the schema does not list) that favours closing structure, re-serialized compactly in the generated key order and kept only
 if the `jsonschema` package validates them; an engine that rejects a valid instance is recorded.
 dinfer runs through `dinfer grammar bench` (C++); the peers through their Python packages, which
-adds a call of overhead (about a microsecond) to each of their mask times.
+adds a call of overhead (about a microsecond) to each of their mask times. Times are taken as
+thread CPU time (robust on a shared machine: time spent descheduled is not counted) and as wall
+time; the headline ratio uses CPU time, both are recorded.
 
     python3 -m venv .deps/bench-venv && .deps/bench-venv/bin/pip install xgrammar llguidance jsonschema tokenizers
     .deps/bench-venv/bin/python bench/structured_vs_peers.py           # --limit N per folder
@@ -26,6 +28,7 @@ import json
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -42,18 +45,12 @@ def percentile(values, p):
     return v[min(len(v) - 1, int(p * len(v)))]
 
 
-def summary(compile_ms, ok, total, mask_us):
+def stats(values, unit):
     return {
-        "compiled": ok,
-        "schemas": total,
-        "compiled_share": ok / total if total else 0,
-        "compile_ms_median": percentile(compile_ms, 0.5),
-        "compile_ms_p99": percentile(compile_ms, 0.99),
-        "mask_tokens": len(mask_us),
-        "mask_us_mean": statistics.fmean(mask_us) if mask_us else None,
-        "mask_us_p50": percentile(mask_us, 0.5),
-        "mask_us_p99": percentile(mask_us, 0.99),
-        "mask_us_max": max(mask_us) if mask_us else None,
+        f"{unit}_mean": statistics.fmean(values) if values else None,
+        f"{unit}_median": percentile(values, 0.5),
+        f"{unit}_p99": percentile(values, 0.99),
+        f"{unit}_max": max(values) if values else None,
     }
 
 
@@ -120,12 +117,14 @@ class Xgr:
 
 
 def timed_compile(engine, text):
-    t0 = time.perf_counter()
+    """Compiles; returns (compiled or None, wall ms, thread CPU ms, error)."""
+    t0, c0 = time.perf_counter(), time.thread_time()
     try:
         compiled = engine.compile(text)
+        err = None
     except Exception as e:  # unsupported or invalid: the engine refuses the schema
-        return None, (time.perf_counter() - t0) * 1e3, str(e)[:300]
-    return compiled, (time.perf_counter() - t0) * 1e3, None
+        compiled, err = None, str(e)[:300]
+    return compiled, (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3, err
 
 
 def allowed_ids(mask_words, vocab):
@@ -183,15 +182,17 @@ def validator_for(schema):
 
 
 def walk(engine, compiled, ids):
+    """Mask times along the instance: (wall us, thread CPU us, accepted)."""
     m = engine.matcher(compiled)
-    times = []
+    times, cpu = [], []
     for t in ids:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         mask = engine.fill(m)
+        cpu.append((time.thread_time() - c0) * 1e6)
         times.append((time.perf_counter() - t0) * 1e6)
         if not (mask[t // 32] >> (t % 32)) & 1 or not engine.accept(m, t):
-            return times, False
-    return times, True
+            return times, cpu, False
+    return times, cpu, True
 
 
 def main():
@@ -201,6 +202,8 @@ def main():
     ap.add_argument("--dinfer", default=os.path.join(ROOT, "build", "bin", "dinfer"))
     ap.add_argument("--limit", type=int, default=0, help="schemas per folder (0: all)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--instances-out", help="also write the instances (JSONL: file, text, ids) here")
+    ap.add_argument("--details", help="also write every schema's figures per engine here (JSON)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", f"{datetime.date(2026, 11, 30)}-structured-vs-peers.json"))
     args = ap.parse_args()
     if not os.path.isdir(args.data):
@@ -223,8 +226,8 @@ def main():
     for f, r in zip(files, rel):
         text = open(f, encoding="utf-8").read()
         for p in peers:
-            c, ms, err = timed_compile(p, text)
-            records[r][p.name] = {"ok": c is not None, "compile_ms": ms}
+            c, ms, cpu_ms, err = timed_compile(p, text)
+            records[r][p.name] = {"ok": c is not None, "compile_ms": ms, "compile_cpu_ms": cpu_ms}
             if err:
                 records[r][p.name]["error"] = err
             if c is not None:
@@ -247,9 +250,11 @@ def main():
                     value = json.loads(inst)
                     if not validator.is_valid(value):
                         continue
+                    json.dumps(value, allow_nan=False)
                 except Exception:
                     continue
-                compact = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+                # Python's json accepts Infinity and NaN, which JSON does not have.
+                compact = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
                 records[r]["instance"] = compact
                 records[r]["instance_ids"] = hf.encode(compact)
                 records[r]["instance_by"] = p.name
@@ -259,11 +264,12 @@ def main():
 
     # dinfer: one C++ run over the same folder and instances.
     with tempfile.TemporaryDirectory() as tmp:
-        inst_path = os.path.join(tmp, "instances.jsonl")
+        inst_path = args.instances_out or os.path.join(tmp, "instances.jsonl")
         with open(inst_path, "w") as fo:
             for r in rel:
                 if "instance_ids" in records[r]:
-                    fo.write(json.dumps({"file": r, "ids": records[r]["instance_ids"]}) + "\n")
+                    fo.write(json.dumps({"file": r, "text": records[r]["instance"], "by": records[r]["instance_by"],
+                                         "ids": records[r]["instance_ids"]}, ensure_ascii=False) + "\n")
         out_path = os.path.join(tmp, "dinfer.json")
         cmd = [args.dinfer, "grammar", "bench", args.data, "--tokenizer", args.tokenizer,
                "--instances", inst_path, "--json", out_path]
@@ -275,11 +281,12 @@ def main():
     for s in ours["schemas"]:
         if s["file"] not in records:
             continue
-        d = {"ok": s["ok"], "compile_ms": s["compile_ms"]}
+        d = {"ok": s["ok"], "compile_ms": s["compile_ms"], "compile_cpu_ms": s["compile_cpu_ms"]}
         if not s["ok"]:
             d["error"] = s.get("error", "")[:300]
         if "mask_us" in s:
             d["mask_us"] = s["mask_us"]
+            d["mask_cpu_us"] = s["mask_cpu_us"]
             d["instance_accepted"] = s["instance_accepted"]
         records[s["file"]]["dinfer"] = d
 
@@ -289,8 +296,9 @@ def main():
             rec = records[r]
             if "instance_ids" not in rec or r not in compiled[p.name]:
                 continue
-            times, ok = walk(p, compiled[p.name][r], rec["instance_ids"])
+            times, cpu, ok = walk(p, compiled[p.name][r], rec["instance_ids"])
             rec[p.name]["mask_us"] = times
+            rec[p.name]["mask_cpu_us"] = cpu
             rec[p.name]["instance_accepted"] = ok
 
     engines = ["dinfer", "llguidance", "xgrammar"]
@@ -305,19 +313,23 @@ def main():
     pair = [r for r in rel if accepted(r, ["dinfer", "llguidance"])]
     common = [r for r in rel if accepted(r, engines)]
     for e in engines:
-        comp = [records[r][e]["compile_ms"] for r in rel if records[r].get(e, {}).get("ok")]
-        masks = [t for r in common for t in records[r][e]["mask_us"]]
-        s = summary(comp, len(comp), len(rel), masks)
+        ok = [r for r in rel if records[r].get(e, {}).get("ok")]
+        s = {"compiled": len(ok), "schemas": len(rel), "compiled_share": len(ok) / len(rel)}
+        s.update(stats([records[r][e]["compile_cpu_ms"] for r in ok], "compile_cpu_ms"))
+        s.update(stats([records[r][e]["compile_ms"] for r in ok], "compile_ms"))
+        s["mask_tokens_all_accepted"] = sum(len(records[r][e]["mask_us"]) for r in common)
+        s.update(stats([t for r in common for t in records[r][e]["mask_cpu_us"]], "mask_cpu_us"))
+        s.update(stats([t for r in common for t in records[r][e]["mask_us"]], "mask_us"))
         s["instances_rejected"] = sum(1 for r in rel if records[r].get(e, {}).get("instance_accepted") is False)
         result["engines"][e] = s
-    ours = [t for r in pair for t in records[r]["dinfer"]["mask_us"]]
-    llg = [t for r in pair for t in records[r]["llguidance"]["mask_us"]]
-    result["vs_llguidance"] = {
-        "instances": len(pair), "tokens": len(ours),
-        "dinfer": {"mask_us_mean": statistics.fmean(ours), "mask_us_p99": percentile(ours, 0.99)},
-        "llguidance": {"mask_us_mean": statistics.fmean(llg), "mask_us_p99": percentile(llg, 0.99)},
-    }
-    result["mask_mean_ratio_vs_llguidance"] = statistics.fmean(ours) / statistics.fmean(llg)
+    vs = {"instances": len(pair), "tokens": sum(len(records[r]["dinfer"]["mask_us"]) for r in pair)}
+    for e in ("dinfer", "llguidance"):
+        vs[e] = {}
+        vs[e].update(stats([t for r in pair for t in records[r][e]["mask_cpu_us"]], "mask_cpu_us"))
+        vs[e].update(stats([t for r in pair for t in records[r][e]["mask_us"]], "mask_us"))
+    result["vs_llguidance"] = vs
+    result["mask_mean_ratio_vs_llguidance"] = vs["dinfer"]["mask_cpu_us_mean"] / vs["llguidance"]["mask_cpu_us_mean"]
+    result["mask_mean_ratio_vs_llguidance_wall"] = vs["dinfer"]["mask_us_mean"] / vs["llguidance"]["mask_us_mean"]
     result["instances"] = {"generated": sum(1 for r in rel if "instance" in records[r]),
                            "accepted_by_dinfer_and_llguidance": len(pair), "accepted_by_all": len(common)}
     result["config"] = {
@@ -335,10 +347,28 @@ def main():
         for r in rel:
             err = records[r].get(e, {}).get("error")
             if err:
-                key = err.split(" at '")[0][:100]
+                key = re.sub(r" ?at '[^']*'", "", err.split("\n")[0])
+                key = re.sub(r"^\[[0-9:]+\] \S+ ", "", key)[:120]
                 errs[key] = errs.get(key, 0) + 1
         failures[e] = dict(sorted(errs.items(), key=lambda kv: -kv[1])[:25])
     result["unsupported_reasons"] = failures
+    per_schema = []
+    for r in rel:
+        row = {"file": r}
+        for e in engines:
+            x = records[r].get(e)
+            if not x:
+                continue
+            row[e] = {"ok": x["ok"], "compile_cpu_ms": round(x["compile_cpu_ms"], 3)}
+            if "mask_us" in x:
+                row[e]["tokens"] = len(x["mask_us"])
+                row[e]["mask_cpu_us_mean"] = round(statistics.fmean(x["mask_cpu_us"]), 2) if x["mask_cpu_us"] else 0
+                row[e]["mask_cpu_us_max"] = round(max(x["mask_cpu_us"]), 2) if x["mask_cpu_us"] else 0
+                row[e]["instance_accepted"] = x["instance_accepted"]
+        per_schema.append(row)
+    if args.details:
+        with open(args.details, "w") as fo:
+            json.dump(per_schema, fo)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as fo:
         json.dump(result, fo, indent=1)

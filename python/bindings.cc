@@ -43,6 +43,13 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readwrite("show_progress", &dinfer::EngineOptions::show_progress)
       .def_readwrite("device", &dinfer::EngineOptions::device);
 
+  py::class_<dinfer::StructuredOutput>(m, "StructuredOutput")
+      .def(py::init<>())
+      .def_readwrite("type", &dinfer::StructuredOutput::type)
+      .def_readwrite("value", &dinfer::StructuredOutput::value)
+      .def_readwrite("choices", &dinfer::StructuredOutput::choices)
+      .def_readwrite("max_whitespace", &dinfer::StructuredOutput::max_whitespace);
+
   py::class_<dinfer::SamplingParams>(m, "SamplingParams")
       .def(py::init<>())
       .def_readwrite("temperature", &dinfer::SamplingParams::temperature)
@@ -60,7 +67,8 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readwrite("logit_bias", &dinfer::SamplingParams::logit_bias)
       .def_readwrite("min_tokens", &dinfer::SamplingParams::min_tokens)
       .def_readwrite("logprobs", &dinfer::SamplingParams::logprobs)
-      .def_readwrite("n", &dinfer::SamplingParams::n);
+      .def_readwrite("n", &dinfer::SamplingParams::n)
+      .def_readwrite("structured", &dinfer::SamplingParams::structured);
 
   py::class_<dinfer::TokenLogprob>(m, "TokenLogprob")
       .def_readonly("token", &dinfer::TokenLogprob::token)

@@ -36,6 +36,19 @@ struct EngineOptions {
   std::string device = "auto";
 };
 
+// Structured output: the generated text must follow a JSON Schema ("json_schema"), be any JSON
+// object ("json_object"), match a regular expression ("regex"), an EBNF grammar in GBNF or W3C
+// notation ("grammar") or be one of several strings ("choice"). Grammars compile on worker
+// threads and are cached per grammar; one that cannot be enforced makes Submit fail with a message
+// naming the feature. Generation stops once the text is complete and nothing else may follow.
+struct StructuredOutput {
+  std::string type;                  // "" for none
+  std::string value;                 // the schema, regular expression or grammar
+  std::vector<std::string> choices;  // "choice"
+  // JSON: whitespace bytes allowed at each place JSON allows them (0: compact; -1: unbounded).
+  int max_whitespace = 16;
+};
+
 struct SamplingParams {
   double temperature = 1.0;  // 0: greedy
   double top_p = 1.0;
@@ -53,6 +66,7 @@ struct SamplingParams {
   int32_t min_tokens = 0;  // stop tokens are held back until this many were generated
   int logprobs = -1;       // -1: none; n >= 0: the chosen token's and the top n (n <= 20)
   int n = 1;               // completions of the prompt (they share its KV blocks)
+  StructuredOutput structured;
 };
 
 struct TokenLogprob {

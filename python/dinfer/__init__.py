@@ -4,13 +4,63 @@
     llm = dinfer.LLM("default")
     outputs = llm.generate(["The capital of France is"], dinfer.SamplingParams(temperature=0, max_tokens=16))
     print(outputs[0].outputs[0].text)
+
+Structured outputs, as vLLM spells them or as DeepInfer's so_args:
+
+    dinfer.SamplingParams(structured_outputs=dinfer.StructuredOutputsParams(json={"type": "object"}))
+    dinfer.SamplingParams(so_args={"schema_type": "json_schema", "schema": schema})
 """
+import json as _json
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional, Sequence, Union
+from typing import Any, Iterable, List, Optional, Sequence, Union
 
 from . import _dinfer
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput"]
+__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "RequestOutput", "CompletionOutput"]
+
+
+@dataclass
+class StructuredOutputsParams:
+    """One constraint on the output: a JSON Schema (json, as a dict or its text), any JSON object
+    (json_object=True), a regular expression, an EBNF grammar (GBNF or W3C notation) or a choice
+    among strings. max_whitespace bounds JSON whitespace runs (0: compact, -1: unbounded);
+    disable_any_whitespace=True (vLLM's name) means compact."""
+    json: Optional[Union[str, dict]] = None
+    regex: Optional[str] = None
+    choice: Optional[List[str]] = None
+    grammar: Optional[str] = None
+    json_object: Optional[bool] = None
+    max_whitespace: int = 16
+    disable_any_whitespace: bool = False
+
+    def _to_native(self) -> "_dinfer.StructuredOutput":
+        given = [(k, v) for k, v in (("json_schema", self.json), ("regex", self.regex),
+                                     ("choice", self.choice), ("grammar", self.grammar),
+                                     ("json_object", self.json_object or None)) if v is not None]
+        if len(given) != 1:
+            raise ValueError("structured outputs: give exactly one of json, regex, choice, grammar, json_object")
+        kind, value = given[0]
+        return _structured(kind, value, 0 if self.disable_any_whitespace else self.max_whitespace)
+
+
+_SO_TYPES = {"json_schema": "json_schema", "json": "json_schema", "json_object": "json_object",
+             "regex": "regex", "grammar": "grammar", "ebnf": "grammar", "gbnf": "grammar",
+             "choice": "choice"}
+
+
+def _structured(kind: str, value: Any, max_whitespace: int = 16) -> "_dinfer.StructuredOutput":
+    so = _dinfer.StructuredOutput()
+    if kind not in _SO_TYPES:
+        raise ValueError(f"structured outputs: unknown schema_type {kind!r} ({', '.join(sorted(_SO_TYPES))})")
+    so.type = _SO_TYPES[kind]
+    if so.type == "choice":
+        so.choices = [str(c) for c in value]
+    elif so.type == "json_schema":
+        so.value = value if isinstance(value, str) else _json.dumps(value)
+    elif so.type != "json_object":
+        so.value = str(value)
+    so.max_whitespace = int(max_whitespace)
+    return so
 
 
 @dataclass
@@ -31,6 +81,10 @@ class SamplingParams:
     min_tokens: int = 0
     logprobs: Optional[int] = None
     n: int = 1
+    # Structured output, vLLM-style (StructuredOutputsParams) or DeepInfer-style
+    # ({"schema_type": "json_schema" | "json_object" | "regex" | "grammar" | "choice", "schema": ...}).
+    structured_outputs: Optional[StructuredOutputsParams] = None
+    so_args: Optional[dict] = None
 
     def _to_native(self) -> "_dinfer.SamplingParams":
         p = _dinfer.SamplingParams()
@@ -50,6 +104,15 @@ class SamplingParams:
         p.min_tokens = int(self.min_tokens)
         p.logprobs = -1 if self.logprobs is None else int(self.logprobs)
         p.n = int(self.n)
+        if self.structured_outputs is not None and self.so_args is not None:
+            raise ValueError("give structured_outputs or so_args, not both")
+        if self.structured_outputs is not None:
+            p.structured = self.structured_outputs._to_native()
+        elif self.so_args is not None:
+            if "schema_type" not in self.so_args:
+                raise ValueError("so_args needs 'schema_type'")
+            p.structured = _structured(self.so_args["schema_type"], self.so_args.get("schema"),
+                                       self.so_args.get("max_whitespace", 16))
         return p
 
 
@@ -125,7 +188,14 @@ class LLM:
             else:
                 spec.prompt_ids = [int(t) for t in prompt]
             spec.sampling = sp._to_native()
-            streams.append(self._engine.submit(spec))
+            try:
+                streams.append(self._engine.submit(spec))
+            except Exception:
+                # A request refused at submission (an unsupported grammar, say) fails the call;
+                # the ones already submitted are cancelled.
+                for s in streams:
+                    self._engine.abort(s.id)
+                raise
         results = []
         for prompt, stream, sp in zip(prompts, streams, params):
             n = max(1, int(sp.n))

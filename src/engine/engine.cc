@@ -14,6 +14,7 @@
 #include "base/thread_pool.h"
 #include "engine/engine_core.h"
 #include "model/loader.h"
+#include "structured/grammar_cache.h"
 
 namespace dinfer {
 namespace {
@@ -171,6 +172,11 @@ class EngineImpl final : public Engine {
     ro.sampling.logit_bias = spec.sampling.logit_bias;
     ro.sampling.min_tokens = spec.sampling.min_tokens;
     ro.sampling.logprobs = spec.sampling.logprobs;
+    if (!spec.sampling.structured.type.empty()) {
+      auto grammar = CompileStructured(spec.sampling.structured);
+      if (!grammar.ok()) return grammar.status();
+      ro.grammar = std::move(grammar).value();
+    }
     ro.priority = spec.priority;
     ro.cache_salt = spec.cache_salt.empty()
                         ? 0
@@ -239,6 +245,31 @@ class EngineImpl final : public Engine {
   }
 
  private:
+  // Compiles (or finds cached) the request's grammar on the cache's worker threads; the caller
+  // waits, the engine loop does not.
+  StatusOr<std::shared_ptr<const structured::CompiledGrammar>> CompileStructured(
+      const StructuredOutput& so) {
+    if (!lm_.tokenizer) {
+      return InvalidArgument("structured output needs the model's tokenizer ('{}' has none)",
+                             lm_.path);
+    }
+    structured::Constraint c;
+    DINFER_ASSIGN_OR_RETURN(c.kind, structured::ParseConstraintKind(so.type));
+    c.text = so.value;
+    c.choices = so.choices;
+    c.json.max_whitespace = so.max_whitespace;
+    {
+      std::lock_guard<std::mutex> lock(grammar_mu_);
+      if (!grammars_) {
+        grammars_ = std::make_unique<structured::GrammarCache>(
+            structured::TokenIndex::FromTokenizer(*lm_.tokenizer, eos_));
+      }
+    }
+    auto result = grammars_->Get(c).get();
+    if (!result.ok()) return result.status().WithContext("structured output");
+    return result;
+  }
+
   struct Submission {
     int64_t id;
     int index;
@@ -325,6 +356,8 @@ class EngineImpl final : public Engine {
   // Core request id -> its stream and completion index; engine thread only.
   std::map<int64_t, std::pair<std::shared_ptr<Stream>, int>> streams_;
   std::thread loop_;
+  std::mutex grammar_mu_;
+  std::unique_ptr<structured::GrammarCache> grammars_;
 };
 
 }  // namespace

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -141,7 +143,13 @@ Status EngineCore::AddRequest(int64_t id, std::vector<int32_t> prompt,
   }
   auto sampler = std::make_shared<sample::Sampler>(sp);
   sampler->SetPrompt(scheduler_.Find(id)->tokens);
-  live_.emplace(id, Live{options, std::move(sampler), 0, {}});
+  std::shared_ptr<structured::Matcher> matcher;
+  if (options.grammar) matcher = std::make_shared<structured::Matcher>(options.grammar);
+  Live live;
+  live.options = options;
+  live.sampler = std::move(sampler);
+  live.matcher = std::move(matcher);
+  live_.emplace(id, std::move(live));
   return OkStatus();
 }
 
@@ -257,7 +265,14 @@ EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
     s.block_table = job.tables.back();
     s.logits = c.sample ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone;
     job.chunks.push_back(s);
-    if (c.sample) job.samplers.push_back(live_.at(c.id).sampler);
+    if (c.sample) {
+      const Live& live = live_.at(c.id);
+      job.samplers.push_back(live.sampler);
+      job.matchers.push_back(live.matcher);
+      // This step's token goes to position start + count; the ones before it were generated.
+      const int64_t generated = c.start_pos + c.num_tokens - r->num_prompt_tokens;
+      job.remaining.push_back(r->max_new_tokens - generated);
+    }
     if (c.start_pos < r->num_prompt_tokens) {
       stats_.prompt_tokens += std::min(c.num_tokens, r->num_prompt_tokens - c.start_pos);
     }
@@ -267,16 +282,49 @@ EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
 
 EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
   StepResult result;
+  // Grammar masks of the constrained requests are filled while the forward pass runs: they depend
+  // only on the tokens accepted before this step.
+  std::vector<std::vector<uint32_t>> masks(job.matchers.size());
+  std::future<void> masking;
+  if (std::any_of(job.matchers.begin(), job.matchers.end(), [](const auto& m) { return m; })) {
+    masking = std::async(std::launch::async, [&] {
+      for (size_t i = 0; i < job.matchers.size(); ++i) {
+        if (!job.matchers[i]) continue;
+        masks[i].resize(structured::BitmaskWords(job.matchers[i]->vocab_size()));
+        // Near the token limit the grammar steers to a shortest completion.
+        job.matchers[i]->FillNextTokenBitmask(masks[i].data(), job.remaining[i]);
+      }
+    });
+  }
   auto logits = runner_.Execute(job.chunks);
+  if (masking.valid()) masking.get();
   if (!logits.ok()) {
     result.status = logits.status();
     return result;
   }
   const int64_t vocab = model_.config().vocab_size;
+  result.errors.resize(job.samplers.size());
   for (size_t i = 0; i < job.samplers.size(); ++i) {
     sample::Sampler& s = *job.samplers[i];
-    const std::span<const float> row(logits->as<float>() + static_cast<int64_t>(i) * vocab,
-                                     static_cast<size_t>(vocab));
+    float* row_data = logits->as<float>() + static_cast<int64_t>(i) * vocab;
+    if (job.matchers[i]) {
+      // Tokens the grammar does not allow (and ids past the tokenizer's vocabulary) get -inf.
+      const int64_t known = job.matchers[i]->vocab_size();
+      bool any = false;
+      for (int64_t t = 0; t < vocab; ++t) {
+        const bool allowed =
+            t < known && structured::TestBit(masks[i].data(), static_cast<int32_t>(t));
+        if (!allowed) row_data[t] = -INFINITY;
+        any |= allowed;
+      }
+      if (!any) {
+        result.errors[i] = "structured output: the grammar allows no next token";
+        result.logprobs.emplace_back();
+        result.sampled.push_back(0);
+        continue;
+      }
+    }
+    const std::span<const float> row(row_data, static_cast<size_t>(vocab));
     if (s.params().logprobs >= 0) {
       result.logprobs.push_back(s.SampleWithLogprobs(row));
       result.sampled.push_back(result.logprobs.back().token);
@@ -297,6 +345,14 @@ void EngineCore::Resolve(const sched::StepPlan& plan, const StepResult& result) 
     auto it = live_.find(c.id);
     if (it != live_.end()) {
       it->second.sampler->Accept(result.sampled[i]);
+      // Masked sampling only draws allowed tokens; the matcher follows them.
+      if (structured::Matcher* m = it->second.matcher.get(); m && result.errors[i].empty()) {
+        if (!m->AcceptToken(result.sampled[i])) {
+          it->second.grammar_error =
+              fmt::format("structured output: token {} is not allowed", result.sampled[i]);
+        }
+        it->second.grammar_done = m->IsTerminated();
+      }
       if (it->second.options.sampling.logprobs >= 0) {
         it->second.logprobs.push_back(result.logprobs[i]);
       }
@@ -318,12 +374,18 @@ void EngineCore::PostProcess(const sched::StepPlan& plan, const StepResult& resu
   }
   scheduler_.OnStepDone(plan);
   stats_.generated_tokens += static_cast<int64_t>(result.sampled.size());
+  size_t sample_index = 0;
   for (const auto& c : plan.chunks) {
     if (!c.sample) continue;
+    const std::string& error = result.errors[sample_index++];
     const sched::SchedRequest* r = scheduler_.Find(c.id);
     auto it = live_.find(c.id);
     if (r == nullptr || it == live_.end()) continue;
     Live& live = it->second;
+    if (!error.empty() || !live.grammar_error.empty()) {
+      FinishRequest(c.id, FinishReason::kError, error.empty() ? live.grammar_error : error, out);
+      continue;
+    }
     const int64_t pos = c.start_pos + c.num_tokens;  // where this step's token went
     const int32_t token = r->tokens[static_cast<size_t>(pos)];
     const auto& stops = live.options.stop_token_ids;
@@ -331,6 +393,11 @@ void EngineCore::PostProcess(const sched::StepPlan& plan, const StepResult& resu
         !live.options.ignore_eos && std::find(stops.begin(), stops.end(), token) != stops.end();
     if (r->state == sched::RequestState::kFinished || stop) {
       FinishRequest(c.id, stop ? FinishReason::kStop : FromSched(r->finish), "", out);
+      continue;
+    }
+    // The grammar is complete and allows nothing more: the output is done.
+    if (live.grammar_done) {
+      FinishRequest(c.id, FinishReason::kStop, "", out);
       continue;
     }
     TokenDelta d;

@@ -20,6 +20,7 @@
 #include "runner/model_runner.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
+#include "structured/matcher.h"
 
 namespace dinfer {
 
@@ -51,6 +52,8 @@ struct RequestOptions {
   int priority = 0;
   uint64_t cache_salt = 0;
   int64_t follows = 0;  // n > 1: a sibling request whose prompt blocks this one reuses
+  // Structured output: every sampled token must be allowed by this grammar (null: none).
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAborted, kError };
@@ -96,20 +99,26 @@ class EngineCore {
  private:
   struct Live {
     RequestOptions options;
-    std::shared_ptr<sample::Sampler> sampler;    // shared with an in-flight step
-    size_t reported = 0;                         // generated tokens already reported
+    std::shared_ptr<sample::Sampler> sampler;      // shared with an in-flight step
+    std::shared_ptr<structured::Matcher> matcher;  // with a grammar; shared like the sampler
+    bool grammar_done = false;  // the matcher is terminated: nothing but a stop could follow
+    std::string grammar_error;  // the matcher refused a sampled token
+    size_t reported = 0;        // generated tokens already reported
     std::vector<sample::SampleResult> logprobs;  // of generated tokens not yet reported
   };
   // What one step computes, copied out of the scheduler so that it can plan the next one.
   struct StepJob {
     std::vector<std::vector<int32_t>> tokens, tables;
     std::vector<SeqChunk> chunks;
-    std::vector<std::shared_ptr<sample::Sampler>> samplers;  // one per sampling chunk
+    std::vector<std::shared_ptr<sample::Sampler>> samplers;      // one per sampling chunk
+    std::vector<std::shared_ptr<structured::Matcher>> matchers;  // per sampling chunk, or null
+    std::vector<int64_t> remaining;  // per sampling chunk: tokens it may still generate
   };
   struct StepResult {
     Status status;
     std::vector<int32_t> sampled;
     std::vector<sample::SampleResult> logprobs;  // per sampled token, when its request asks
+    std::vector<std::string> errors;  // per sampled token: why its request failed alone, or ""
   };
   // Makes a finished step's samples final: writes them over the placeholders and feeds them to
   // the samplers' penalty state, before the next step samples.

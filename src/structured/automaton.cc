@@ -2,282 +2,17 @@
 
 #include <algorithm>
 #include <array>
-#include <tuple>
+#include <functional>
+#include <queue>
 #include <unordered_map>
 #include <utility>
 
-#include "structured/lowering.h"
+#include "structured/rule_dfa.h"
 
 namespace dinfer::structured {
 namespace {
 
-struct PairHash {
-  size_t operator()(const std::pair<int32_t, int32_t>& p) const {
-    return static_cast<size_t>((static_cast<uint64_t>(static_cast<uint32_t>(p.first)) << 32 |
-                                static_cast<uint32_t>(p.second)) *
-                                   0x9E3779B97F4A7C15ull >>
-                               7);
-  }
-};
-
-// Interns sequences of ints (state sets, signatures) in flat storage: ids are dense, in order of
-// first appearance.
-class SeqInterner {
- public:
-  SeqInterner() : table_(1024, -1) { start_.push_back(0); }
-
-  int32_t Intern(const int32_t* seq, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
-    for (size_t i = 0; i < n; ++i) {
-      h = (h ^ static_cast<uint32_t>(seq[i])) * 0x100000001B3ull;
-      h ^= h >> 29;
-    }
-    const size_t mask = table_.size() - 1;
-    size_t slot = h & mask;
-    while (table_[slot] >= 0) {
-      const int32_t id = table_[slot];
-      if (hash_[id] == h && start_[id + 1] - start_[id] == n &&
-          std::equal(seq, seq + n, data_.begin() + start_[id])) {
-        return id;
-      }
-      slot = (slot + 1) & mask;
-    }
-    const auto id = static_cast<int32_t>(hash_.size());
-    data_.insert(data_.end(), seq, seq + n);
-    start_.push_back(data_.size());
-    hash_.push_back(h);
-    table_[slot] = id;
-    if (hash_.size() * 2 > table_.size()) Rehash();
-    return id;
-  }
-  size_t size() const { return hash_.size(); }
-  // Copies sequence `id` (the storage may move while more are interned).
-  void Get(int32_t id, std::vector<int32_t>* out) const {
-    out->assign(data_.begin() + start_[id], data_.begin() + start_[id + 1]);
-  }
-
- private:
-  void Rehash() {
-    table_.assign(table_.size() * 2, -1);
-    const size_t mask = table_.size() - 1;
-    for (size_t id = 0; id < hash_.size(); ++id) {
-      size_t slot = hash_[id] & mask;
-      while (table_[slot] >= 0) slot = (slot + 1) & mask;
-      table_[slot] = static_cast<int32_t>(id);
-    }
-  }
-  std::vector<int32_t> data_;
-  std::vector<size_t> start_;
-  std::vector<uint64_t> hash_;
-  std::vector<int32_t> table_;
-};
-
-// One rule's deterministic automaton before global numbering.
-struct Segment {
-  uint8_t lo, hi, mark;
-  int32_t to;
-};
-struct DState {
-  std::vector<Segment> segs;
-  std::vector<std::pair<int32_t, int32_t>> calls;  // (rule, target), sorted by rule
-  bool final = false;
-  uint32_t need_min = 0, need_max = 0;
-};
-struct Dfa {
-  std::vector<DState> states;
-  int32_t start = 0;
-};
-
-// Thompson construction, right to left: Build(e, next) returns the entry of a fragment that
-// matches e and then continues in `next`. Memoizing on (e, next) keeps shared subexpressions
-// with the same continuation shared, which keeps objects with many optional properties linear.
-class NfaBuilder {
- public:
-  NfaBuilder(const Grammar& g, bool counted, int64_t limit)
-      : g_(g), counted_(counted), limit_(limit) {}
-
-  int32_t New() {
-    nfa_.states.emplace_back();
-    if (static_cast<int64_t>(nfa_.states.size()) > limit_) overflow_ = true;
-    return static_cast<int32_t>(nfa_.states.size() - 1);
-  }
-
-  int32_t Build(ExprId id, int32_t next) {
-    if (overflow_) return next;
-    const auto key = std::make_pair(id, next);
-    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
-    const int32_t entry = BuildUncached(id, next);
-    memo_.emplace(key, entry);
-    return entry;
-  }
-
-  Nfa& nfa() { return nfa_; }
-  bool overflow() const { return overflow_; }
-
- private:
-  int32_t BuildUncached(ExprId id, int32_t next) {
-    const Expr& e = g_.expr(id);
-    switch (e.kind) {
-      case Expr::Kind::kEmpty:
-        return next;
-      case Expr::Kind::kNothing:
-        return New();
-      case Expr::Kind::kBytes: {
-        const int32_t s = New();
-        const uint8_t mark = counted_ ? static_cast<uint8_t>(e.mark) : 0;
-        for (const auto& [lo, hi] : e.ranges) {
-          nfa_.states[s].bytes.push_back(
-              {static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), mark, next});
-        }
-        return s;
-      }
-      case Expr::Kind::kChars: {
-        const int32_t s = New();
-        LowerChars(e.ranges, e.encoding, counted_, s, next, &nfa_);
-        if (static_cast<int64_t>(nfa_.states.size()) > limit_) overflow_ = true;
-        return s;
-      }
-      case Expr::Kind::kSeq: {
-        int32_t cur = next;
-        for (size_t i = e.kids.size(); i-- > 0;) cur = Build(e.kids[i], cur);
-        return cur;
-      }
-      case Expr::Kind::kAlt: {
-        const int32_t s = New();
-        for (ExprId kid : e.kids) {
-          const int32_t entry = Build(kid, next);
-          nfa_.states[s].eps.push_back(entry);
-        }
-        return s;
-      }
-      case Expr::Kind::kRepeat: {
-        const ExprId kid = e.kids[0];
-        int32_t cur;
-        if (e.max == kUnbounded) {
-          cur = New();
-          nfa_.states[cur].eps.push_back(next);
-          const int32_t body = BuildUncached(kid, cur);
-          nfa_.states[cur].eps.push_back(body);
-        } else {
-          cur = next;
-          for (uint32_t i = e.min; i < e.max && !overflow_; ++i) {
-            const int32_t s = New();
-            nfa_.states[s].eps.push_back(next);
-            const int32_t body = BuildUncached(kid, cur);
-            nfa_.states[s].eps.push_back(body);
-            cur = s;
-          }
-        }
-        for (uint32_t i = 0; i < e.min && !overflow_; ++i) cur = BuildUncached(kid, cur);
-        return cur;
-      }
-      case Expr::Kind::kRule: {
-        const int32_t s = New();
-        nfa_.states[s].calls.emplace_back(e.rule, next);
-        return s;
-      }
-    }
-    return next;
-  }
-
-  const Grammar& g_;
-  bool counted_;
-  int64_t limit_;
-  bool overflow_ = false;
-  Nfa nfa_;
-  std::unordered_map<std::pair<int32_t, int32_t>, int32_t, PairHash> memo_;
-};
-
-// Subset construction.
-StatusOr<Dfa> Determinize(const Nfa& nfa, int32_t start, int32_t final, int64_t limit,
-                          const std::string& rule_name) {
-  std::vector<uint32_t> stamp(nfa.states.size(), 0);
-  uint32_t epoch = 0;
-  std::vector<int32_t> stack, closed;
-  SeqInterner sets;
-  // Interns the epsilon closure of `seeds`.
-  auto closure = [&](std::vector<int32_t>& seeds) {
-    ++epoch;
-    closed.clear();
-    stack.swap(seeds);
-    while (!stack.empty()) {
-      const int32_t s = stack.back();
-      stack.pop_back();
-      if (stamp[s] == epoch) continue;
-      stamp[s] = epoch;
-      closed.push_back(s);
-      for (int32_t t : nfa.states[s].eps) {
-        if (stamp[t] != epoch) stack.push_back(t);
-      }
-    }
-    std::sort(closed.begin(), closed.end());
-    return sets.Intern(closed.data(), closed.size());
-  };
-
-  Dfa dfa;
-  std::vector<int32_t> seeds = {start}, members, targets;
-  dfa.start = closure(seeds);
-  std::vector<const ByteEdge*> edges;
-  std::vector<int> bounds;
-  std::vector<std::pair<int32_t, int32_t>> calls;
-  for (size_t d = 0; d < sets.size(); ++d) {
-    if (static_cast<int64_t>(sets.size()) > limit) {
-      return InvalidArgument("rule '{}' is too complex: over {} automaton states", rule_name,
-                             limit);
-    }
-    sets.Get(static_cast<int32_t>(d), &members);
-    DState st;
-    edges.clear();
-    bounds.clear();
-    calls.clear();
-    for (int32_t s : members) {
-      if (s == final) st.final = true;
-      for (const ByteEdge& e : nfa.states[s].bytes) {
-        edges.push_back(&e);
-        bounds.push_back(e.lo);
-        bounds.push_back(e.hi + 1);
-      }
-      calls.insert(calls.end(), nfa.states[s].calls.begin(), nfa.states[s].calls.end());
-    }
-    std::sort(bounds.begin(), bounds.end());
-    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
-    for (size_t i = 0; i + 1 < bounds.size(); ++i) {
-      const int lo = bounds[i], hi = bounds[i + 1] - 1;
-      targets.clear();
-      uint8_t mark = 0;
-      bool unmarked = false;
-      for (const ByteEdge* e : edges) {
-        if (e->lo <= lo && hi <= e->hi) {
-          targets.push_back(e->to);
-          mark |= e->mark;
-          unmarked |= e->mark == 0;
-        }
-      }
-      if (targets.empty()) continue;
-      if (mark != 0 && unmarked) {
-        return Internal("rule '{}': ambiguous character counting", rule_name);
-      }
-      const int32_t to = closure(targets);
-      if (!st.segs.empty() && st.segs.back().hi + 1 == lo && st.segs.back().to == to &&
-          st.segs.back().mark == mark) {
-        st.segs.back().hi = static_cast<uint8_t>(hi);
-      } else {
-        st.segs.push_back({static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), mark, to});
-      }
-    }
-    std::sort(calls.begin(), calls.end());
-    for (size_t i = 0; i < calls.size();) {
-      size_t j = i;
-      targets.clear();
-      while (j < calls.size() && calls[j].first == calls[i].first)
-        targets.push_back(calls[j++].second);
-      st.calls.emplace_back(calls[i].first, closure(targets));
-      i = j;
-    }
-    dfa.states.push_back(std::move(st));
-  }
-  return dfa;
-}
+constexpr size_t kMinimizeLimit = 20000;
 
 // Keeps the states reachable from the start that can reach a final state; calls only into
 // `productive` rules. Returns false when the start state itself cannot finish.
@@ -489,189 +224,6 @@ void ComputeNeeds(Dfa* dfa) {
   }
 }
 
-// A partition of 0..n-1 into sets that can be refined by marking elements (Valmari's
-// refinable partition).
-class RefinablePartition {
- public:
-  explicit RefinablePartition(int32_t n)
-      : elems_(n),
-        loc_(n),
-        set_(n, 0),
-        first_(n + 1),
-        past_(n + 1),
-        marked_(n + 1, 0),
-        touched_(n + 1) {
-    for (int32_t i = 0; i < n; ++i) elems_[i] = loc_[i] = i;
-    sets_ = n > 0 ? 1 : 0;
-    first_[0] = 0;
-    past_[0] = n;
-  }
-  int32_t sets() const { return sets_; }
-  int32_t set_of(int32_t e) const { return set_[e]; }
-  int32_t first(int32_t s) const { return first_[s]; }
-  int32_t past(int32_t s) const { return past_[s]; }
-  int32_t elem(int32_t i) const { return elems_[i]; }
-  // Sets [first, past) of elements already ordered, for an initial grouping.
-  void Assign(const std::vector<int32_t>& order, const std::vector<int32_t>& starts) {
-    sets_ = static_cast<int32_t>(starts.size()) - 1;
-    for (int32_t k = 0; k < sets_; ++k) {
-      first_[k] = starts[k];
-      past_[k] = starts[k + 1];
-      for (int32_t i = starts[k]; i < starts[k + 1]; ++i) {
-        elems_[i] = order[i];
-        loc_[order[i]] = i;
-        set_[order[i]] = k;
-      }
-    }
-  }
-  void Mark(int32_t e) {
-    const int32_t s = set_[e];
-    const int32_t i = loc_[e];
-    const int32_t j = first_[s] + marked_[s];
-    elems_[i] = elems_[j];
-    loc_[elems_[i]] = i;
-    elems_[j] = e;
-    loc_[e] = j;
-    if (!marked_[s]++) touched_[num_touched_++] = s;
-  }
-  void Split() {
-    while (num_touched_) {
-      const int32_t s = touched_[--num_touched_];
-      const int32_t j = first_[s] + marked_[s];
-      if (j == past_[s]) {
-        marked_[s] = 0;
-        continue;
-      }
-      // The smaller part becomes the new set.
-      if (marked_[s] <= past_[s] - j) {
-        first_[sets_] = first_[s];
-        past_[sets_] = first_[s] = j;
-      } else {
-        past_[sets_] = past_[s];
-        first_[sets_] = past_[s] = j;
-      }
-      for (int32_t i = first_[sets_]; i < past_[sets_]; ++i) set_[elems_[i]] = sets_;
-      marked_[s] = marked_[sets_++] = 0;
-    }
-  }
-
- private:
-  std::vector<int32_t> elems_, loc_, set_, first_, past_, marked_, touched_;
-  int32_t sets_ = 0, num_touched_ = 0;
-};
-
-constexpr size_t kMinimizeLimit = 20000;
-
-// Minimization by Valmari's algorithm (partition refinement over states and transitions, for
-// partial automata). Byte transitions are labelled by class and mark, calls by callee.
-Dfa Minimize(const Dfa& dfa, std::array<uint8_t, 256>* classes, int* num_classes, bool refine) {
-  std::array<uint8_t, 257> cut{};
-  cut[0] = 1;
-  for (const DState& s : dfa.states) {
-    for (const Segment& seg : s.segs) {
-      cut[seg.lo] = 1;
-      cut[seg.hi + 1] = 1;
-    }
-  }
-  int nc = -1;
-  for (int b = 0; b < 256; ++b) {
-    if (cut[b]) ++nc;
-    (*classes)[b] = static_cast<uint8_t>(nc);
-  }
-  *num_classes = nc + 1;
-  if (!refine) return dfa;
-  const int32_t n = static_cast<int32_t>(dfa.states.size());
-  // Transitions (tail, label, head).
-  std::vector<int32_t> tail, label, head;
-  std::vector<int32_t> callees;
-  for (int32_t s = 0; s < n; ++s) {
-    for (const Segment& seg : dfa.states[s].segs) {
-      for (int c = (*classes)[seg.lo]; c <= (*classes)[seg.hi]; ++c) {
-        tail.push_back(s);
-        label.push_back(c * 4 + seg.mark);
-        head.push_back(seg.to);
-      }
-    }
-    for (const auto& [rule, to] : dfa.states[s].calls) {
-      auto it = std::find(callees.begin(), callees.end(), rule);
-      if (it == callees.end()) it = callees.insert(callees.end(), rule);
-      tail.push_back(s);
-      label.push_back(1024 + static_cast<int32_t>(it - callees.begin()));
-      head.push_back(to);
-    }
-  }
-  const int32_t m = static_cast<int32_t>(tail.size());
-  // Initial blocks: finality and the counts still needed.
-  RefinablePartition blocks(n);
-  {
-    std::vector<int32_t> order(n);
-    for (int32_t i = 0; i < n; ++i) order[i] = i;
-    auto key = [&](int32_t s) {
-      const DState& st = dfa.states[s];
-      return std::make_tuple(st.final, st.need_min, st.need_max);
-    };
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t x, int32_t y) { return key(x) < key(y); });
-    std::vector<int32_t> starts = {0};
-    for (int32_t i = 1; i < n; ++i) {
-      if (key(order[i]) != key(order[i - 1])) starts.push_back(i);
-    }
-    starts.push_back(n);
-    blocks.Assign(order, starts);
-  }
-  // Cords: transitions grouped by label.
-  RefinablePartition cords(m);
-  {
-    std::vector<int32_t> order(m);
-    for (int32_t i = 0; i < m; ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t x, int32_t y) { return label[x] < label[y]; });
-    std::vector<int32_t> starts = {0};
-    for (int32_t i = 1; i < m; ++i) {
-      if (label[order[i]] != label[order[i - 1]]) starts.push_back(i);
-    }
-    starts.push_back(m);
-    if (m > 0) cords.Assign(order, starts);
-  }
-  // Incoming transitions of each state.
-  std::vector<int32_t> in_first(n + 1, 0), in_list(m);
-  for (int32_t t = 0; t < m; ++t) ++in_first[head[t] + 1];
-  for (int32_t s = 0; s < n; ++s) in_first[s + 1] += in_first[s];
-  {
-    std::vector<int32_t> fill(in_first.begin(), in_first.end() - 1);
-    for (int32_t t = 0; t < m; ++t) in_list[fill[head[t]]++] = t;
-  }
-  int32_t b = 1, c = 0;
-  while (c < cords.sets()) {
-    for (int32_t i = cords.first(c); i < cords.past(c); ++i) blocks.Mark(tail[cords.elem(i)]);
-    blocks.Split();
-    ++c;
-    while (b < blocks.sets()) {
-      for (int32_t i = blocks.first(b); i < blocks.past(b); ++i) {
-        const int32_t s = blocks.elem(i);
-        for (int32_t j = in_first[s]; j < in_first[s + 1]; ++j) cords.Mark(in_list[j]);
-      }
-      cords.Split();
-      ++b;
-    }
-  }
-  const int32_t num_blocks = blocks.sets();
-  Dfa out;
-  out.states.resize(num_blocks);
-  std::vector<uint8_t> done(num_blocks, 0);
-  for (int32_t s = 0; s < n; ++s) {
-    const int32_t blk = blocks.set_of(s);
-    if (done[blk]) continue;
-    done[blk] = 1;
-    DState st = dfa.states[s];
-    for (Segment& seg : st.segs) seg.to = blocks.set_of(seg.to);
-    for (auto& call : st.calls) call.second = blocks.set_of(call.second);
-    out.states[blk] = std::move(st);
-  }
-  out.start = blocks.set_of(dfa.start);
-  return out;
-}
-
 }  // namespace
 
 class AutomatonBuilder {
@@ -688,15 +240,8 @@ class AutomatonBuilder {
       if (!reachable[r]) continue;
       const Rule& rule = g_.rule(r);
       if (rule.body < 0) return InvalidArgument("rule '{}' is used but not defined", rule.name);
-      NfaBuilder nb(g_, rule.counted, limits_.max_nfa_states);
-      const int32_t final = nb.New();
-      const int32_t start = nb.Build(rule.body, final);
-      if (nb.overflow()) {
-        return InvalidArgument("rule '{}' is too large: over {} automaton states", rule.name,
-                               limits_.max_nfa_states);
-      }
       DINFER_ASSIGN_OR_RETURN(
-          dfas[r], Determinize(nb.nfa(), start, final, limits_.max_dfa_states - total, rule.name));
+          dfas[r], BuildRuleDfa(g_, r, limits_.max_nfa_states, limits_.max_dfa_states - total));
       total += static_cast<int64_t>(dfas[r].states.size());
       if (rule.counted) {
         for (const DState& s : dfas[r].states) {
@@ -804,6 +349,7 @@ class AutomatonBuilder {
       }
     }
     DINFER_RETURN_IF_ERROR(CheckLeftRecursion(&a));
+    ComputeDistances(&a);
     return a;
   }
 
@@ -832,6 +378,67 @@ class AutomatonBuilder {
       }
     }
     return seen;
+  }
+
+  // Shortest completions: each rule's shortest text and each state's fewest bytes to its rule's
+  // end, where a call costs its rule's shortest text; to a fixpoint over the calls.
+  static void ComputeDistances(Automaton* a) {
+    const int32_t nr = a->num_rules();
+    // Edges reversed: (from, weight in bytes or -1 - callee for a call).
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> rev(a->num_states());
+    std::vector<std::vector<int32_t>> callers(nr);
+    for (int32_t s = 0; s < a->num_states(); ++s) {
+      for (int b = 0; b < 256; ++b) {
+        const int32_t w = a->Next(s, static_cast<uint8_t>(b));
+        if (w >= 0) rev[w & kTargetMask].emplace_back(s, 1);
+      }
+      for (const Automaton::Call* c = a->calls_begin(s); c != a->calls_end(s); ++c) {
+        rev[c->ret].emplace_back(s, -1 - c->rule);
+        callers[c->rule].push_back(a->states_[s].rule);
+      }
+    }
+    for (auto& rs : a->rules_) rs.min_bytes = kInfiniteCount;
+    for (auto& st : a->states_) st.to_end = kInfiniteCount;
+    std::vector<uint8_t> queued(nr, 1);
+    std::vector<int32_t> work(nr);
+    for (int32_t r = 0; r < nr; ++r) work[r] = r;
+    using Item = std::pair<uint64_t, int32_t>;
+    while (!work.empty()) {
+      const int32_t r = work.back();
+      work.pop_back();
+      queued[r] = 0;
+      Automaton::RuleInfo& info = a->rules_[r];
+      std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
+      for (int32_t s = info.first_state; s < info.end_state; ++s) {
+        a->states_[s].to_end = a->states_[s].final ? 0 : kInfiniteCount;
+        if (a->states_[s].final) heap.emplace(0, s);
+      }
+      while (!heap.empty()) {
+        const auto [d, s] = heap.top();
+        heap.pop();
+        if (d > a->states_[s].to_end) continue;
+        for (const auto& [p, w] : rev[s]) {
+          const uint64_t cost = w > 0 ? 1 : a->rules_[-1 - w].min_bytes;
+          if (cost >= kInfiniteCount) continue;
+          const uint64_t nd = d + cost;
+          if (nd < a->states_[p].to_end) {
+            a->states_[p].to_end =
+                static_cast<uint32_t>(std::min<uint64_t>(nd, kInfiniteCount - 1));
+            heap.emplace(nd, p);
+          }
+        }
+      }
+      const uint32_t shortest = a->states_[info.start].to_end;
+      if (shortest != info.min_bytes) {
+        info.min_bytes = shortest;
+        for (int32_t c : callers[r]) {
+          if (!queued[c]) {
+            queued[c] = 1;
+            work.push_back(c);
+          }
+        }
+      }
+    }
   }
 
   // Nullable rules, then the rules each rule can call before consuming a byte; a cycle there is

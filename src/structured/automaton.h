@@ -41,6 +41,8 @@ class Automaton {
     // Counted rules: fewest and most characters still needed before the closing transition
     // (kInfiniteCount when unbounded); 0 for states past it and for uncounted rules.
     uint32_t need_min = 0, need_max = 0;
+    // Fewest bytes from this state to the end of its rule (calls cost their rule's min_bytes).
+    uint32_t to_end = 0;
   };
   struct RuleInfo {
     std::string name;
@@ -49,6 +51,7 @@ class Automaton {
     bool counted = false;
     uint32_t min_count = 0, max_count = kUnbounded;
     bool nullable = false;
+    uint32_t min_bytes = 0;  // the shortest text the rule matches
   };
 
   static StatusOr<Automaton> Build(const Grammar& grammar, const AutomatonLimits& limits = {});

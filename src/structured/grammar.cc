@@ -159,9 +159,22 @@ ExprId Grammar::Repeat(ExprId e, uint32_t min, uint32_t max) {
   return Add(std::move(r));
 }
 
+ExprId Grammar::AbsorbingStar(ExprId e) {
+  const ExprId r = Star(e);
+  if (exprs_[r].kind == Expr::Kind::kRepeat) exprs_[r].absorbing = true;
+  return r;
+}
+
 ExprId Grammar::Ref(RuleId rule) {
   Expr e = Make(Expr::Kind::kRule);
   e.rule = rule;
+  return Add(std::move(e));
+}
+
+ExprId Grammar::Dfa(std::shared_ptr<const ByteDfa> dfa) {
+  if (dfa->states.empty()) return Nothing();
+  Expr e = Make(Expr::Kind::kDfa);
+  e.dfa = std::move(dfa);
   return Add(std::move(e));
 }
 
@@ -232,6 +245,9 @@ void ExprText(const Grammar& g, ExprId id, std::string* out) {
       return;
     case Expr::Kind::kRule:
       *out += g.rule(e.rule).name;
+      return;
+    case Expr::Kind::kDfa:
+      *out += fmt::format("<automaton: {} states>", e.dfa->states.size());
       return;
   }
 }

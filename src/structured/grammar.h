@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,6 +43,20 @@ enum class CharEncoding : uint8_t {
   kJsonStringAnyEscape,
 };
 
+// A small deterministic automaton over bytes embedded in an expression: what regular operations
+// the expressions lack (complement, intersection) is built as an automaton and spliced in.
+struct ByteDfa {
+  struct Edge {
+    uint8_t lo, hi;
+    int32_t to;
+  };
+  struct State {
+    bool final = false;
+    std::vector<Edge> edges;
+  };
+  std::vector<State> states;  // state 0 is the start
+};
+
 // Marks on byte transitions of counted rules (see Rule::counted).
 enum class ByteMark : uint8_t {
   kNone = 0,
@@ -59,14 +74,20 @@ struct Expr {
     kAlt,
     kRepeat,  // kids[0] repeated min..max times (max may be kUnbounded)
     kRule,    // a reference to rule `rule`
+    kDfa,     // the language of `dfa`
   };
   Kind kind = Kind::kEmpty;
   ByteMark mark = ByteMark::kNone;  // kBytes
+  // kRepeat (unbounded): reaching this loop makes every other way through the rule redundant
+  // (its language contains theirs), so the automaton forgets them. A search pattern's trailing
+  // "anything" is such a loop; without it, determinizing a.*b|c.*d tracks every partial match.
+  bool absorbing = false;
   CharEncoding encoding = CharEncoding::kUtf8;
   uint32_t min = 0, max = 0;
   RuleId rule = -1;
   Ranges ranges;
   std::vector<ExprId> kids;
+  std::shared_ptr<const ByteDfa> dfa;  // kDfa
 };
 
 struct Rule {
@@ -96,7 +117,11 @@ class Grammar {
   ExprId Optional(ExprId e) { return Repeat(e, 0, 1); }
   ExprId Star(ExprId e) { return Repeat(e, 0, kUnbounded); }
   ExprId Plus(ExprId e) { return Repeat(e, 1, kUnbounded); }
+  // Star(e), marked absorbing (see Expr::absorbing).
+  ExprId AbsorbingStar(ExprId e);
   ExprId Ref(RuleId rule);
+  // The language of a byte automaton (Nothing when it accepts nothing).
+  ExprId Dfa(std::shared_ptr<const ByteDfa> dfa);
 
   // A rule is declared first (so that bodies can refer to it, recursively) and defined later.
   RuleId AddRule(std::string name);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <span>
 
 #include "structured/json_schema_internal.h"
 #include "structured/regex.h"
@@ -39,15 +40,70 @@ Draft DraftOf(const json::value& root, int32_t fallback) {
   return Draft::k2020;
 }
 
+bool AllDisjoint(std::span<json::object> alts, const Flattener& flatten) {
+  for (size_t i = 0; i < alts.size(); ++i) {
+    for (size_t j = i + 1; j < alts.size(); ++j) {
+      if (!Disjoint(alts[i], alts[j], flatten)) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> Required(const json::object& s) {
+  std::vector<std::string> out;
+  if (const json::value* r = s.if_contains("required"); r && r->is_array()) {
+    for (const auto& x : r->as_array()) {
+      if (x.is_string()) out.emplace_back(x.as_string());
+    }
+  }
+  return out;
+}
+
+// oneOf over objects told apart by the properties they require (as with {"required": ["ssn"]}
+// and {"required": ["ein"]}): when every alternative requires something another does not, each
+// is generated as an object without the properties that only the others require, so that no
+// output matches two alternatives. A restriction of what is generated, never an acceptance of
+// what is invalid.
+bool ExcludeOthersRequired(std::span<json::object> alts) {
+  std::vector<std::vector<std::string>> req;
+  for (const json::object& a : alts) req.push_back(Required(a));
+  auto missing_from = [&](size_t i, size_t j) {  // required by j, not by i
+    std::vector<std::string> out;
+    for (const std::string& q : req[j]) {
+      if (std::find(req[i].begin(), req[i].end(), q) == req[i].end()) out.push_back(q);
+    }
+    return out;
+  };
+  for (size_t i = 0; i < alts.size(); ++i) {
+    auto types = DeclaredTypes(alts[i]);
+    if (!types.ok() || !(*types & kObject)) return false;
+    for (size_t j = 0; j < alts.size(); ++j) {
+      if (i != j && missing_from(i, j).empty()) return false;
+    }
+  }
+  for (size_t i = 0; i < alts.size(); ++i) {
+    json::object& a = alts[i];
+    a["type"] = "object";
+    json::object props;
+    if (const json::value* p = a.if_contains("properties"); p && p->is_object())
+      props = p->as_object();
+    for (size_t j = 0; j < alts.size(); ++j) {
+      if (i == j) continue;
+      for (const std::string& q : missing_from(i, j)) props[q] = false;
+    }
+    a["properties"] = std::move(props);
+  }
+  return true;
+}
+
 }  // namespace
 
 Status Converter::Error(const Ctx& ctx, std::string_view what) const {
-  return InvalidArgument("JSON Schema at '{}': {}", ctx.path.empty() ? "/" : ctx.path, what);
+  return InvalidArgument("JSON Schema at '{}': {}", Where(ctx), what);
 }
 
 Status Converter::Unsupported(const Ctx& ctx, std::string_view keyword) const {
-  return Unimplemented("JSON Schema: {} at '{}' is not supported", keyword,
-                       ctx.path.empty() ? "/" : ctx.path);
+  return Unimplemented("JSON Schema: {} at '{}' is not supported", keyword, Where(ctx));
 }
 
 StatusOr<ExprId> Converter::MemoRule(const std::string& key, const std::string& name,
@@ -147,7 +203,8 @@ StatusOr<ExprId> Converter::Value(const json::value& schema, const Ctx& ctx) {
 
 StatusOr<ExprId> Converter::RefValue(std::string_view ref, const Ctx& ctx) {
   auto target = index_.Resolve(ref, ctx.base);
-  if (!target.ok()) return target.status().WithContext(fmt::format("at '{}': ", ctx.path));
+  if (!target.ok())
+    return target.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
   const auto [schema, base] = *target;
   Ctx t{base, ctx.path, ctx.depth};
   const std::string key = fmt::format("ref:{}", static_cast<const void*>(schema));
@@ -181,7 +238,8 @@ StatusOr<json::object> Converter::Flatten(const json::object& schema, const Ctx&
   };
   if (const json::value* ref = r.if_contains("$ref"); ref && ref->is_string()) {
     auto target = index_.Resolve(ref->as_string(), ctx.base);
-    if (!target.ok()) return target.status().WithContext(fmt::format("at '{}': ", ctx.path));
+    if (!target.ok())
+      return target.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
     r.erase("$ref");
     DINFER_ASSIGN_OR_RETURN(json::object t,
                             flat_of(*target->first, Ctx{target->second, ctx.path, ctx.depth}));
@@ -200,7 +258,8 @@ StatusOr<json::object> Converter::Flatten(const json::object& schema, const Ctx&
       c.path += fmt::format("/allOf/{}", i);
       DINFER_ASSIGN_OR_RETURN(json::object sub, flat_of(list[i], c));
       auto merged = MergeSchemas(r, sub);
-      if (!merged.ok()) return merged.status().WithContext(fmt::format("at '{}': ", c.path));
+      if (!merged.ok())
+        return merged.status().WithContext(fmt::format("JSON Schema at '{}'", Where(c)));
       r = std::move(*merged);
       // A merged part may bring its own allOf / $ref.
       if (r.contains("allOf") || r.contains("$ref")) {
@@ -230,6 +289,14 @@ StatusOr<ExprId> Converter::Alternatives(const json::object& s, const Ctx& ctx) 
         return Error(ctx, fmt::format("'{}' must be a non-empty array", kw));
       }
       const json::array& items = list->as_array();
+      const Flattener flatten = [&](const json::value& v) -> std::optional<json::object> {
+        if (v.is_bool()) {
+          return v.get_bool() ? json::object{} : json::object{{"enum", json::array{}}};
+        }
+        if (!v.is_object()) return std::nullopt;
+        auto f = Flatten(v.as_object(), ctx, 0);
+        return f.ok() ? std::optional<json::object>(std::move(*f)) : std::nullopt;
+      };
       std::vector<json::object> next;
       for (const json::object& a : alts) {
         const size_t first = next.size();
@@ -244,18 +311,14 @@ StatusOr<ExprId> Converter::Alternatives(const json::object& s, const Ctx& ctx) 
           c.base = index_.BaseOf(items[i].as_object(), ctx.base);
           DINFER_ASSIGN_OR_RETURN(json::object sub, Flatten(items[i].as_object(), c, 0));
           auto merged = MergeSchemas(a, sub);
-          if (!merged.ok()) return merged.status().WithContext(fmt::format("at '{}': ", c.path));
+          if (!merged.ok())
+            return merged.status().WithContext(fmt::format("JSON Schema at '{}'", Where(c)));
           next.push_back(std::move(*merged));
         }
         if (std::string_view(kw) == "oneOf") {
-          for (size_t i = first; i < next.size(); ++i) {
-            for (size_t j = i + 1; j < next.size(); ++j) {
-              if (!Disjoint(next[i], next[j])) {
-                return Unsupported(
-                    ctx, fmt::format("oneOf whose alternatives {} and {} may both match", i - first,
-                                     j - first));
-              }
-            }
+          std::span<json::object> group(next.data() + first, next.size() - first);
+          if (!AllDisjoint(group, flatten) && !ExcludeOthersRequired(group)) {
+            return Unsupported(ctx, "oneOf whose alternatives may match the same value");
           }
         }
       }
@@ -349,7 +412,7 @@ StatusOr<bool> Converter::LiteralAllowed(const json::value& v, const json::objec
     if (n < min || n > max) return false;
     if (const json::value* p = s.if_contains("pattern"); p && p->is_string()) {
       auto m = PatternMatches(p->as_string(), text, true);
-      if (!m.ok()) return m.status().WithContext(fmt::format("at '{}': ", ctx.path));
+      if (!m.ok()) return m.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
       return *m;
     }
     if (const json::value* f = s.if_contains("format"); f && f->is_string()) {
@@ -459,7 +522,7 @@ StatusOr<ExprId> Converter::String(const json::object& s, const Ctx& ctx) {
         body = g_.Star(g_.Chars(cr->codepoints, CharEncoding::kJsonString));
       } else {
         auto e = RegexToExpr(pattern, {.search = true, .encoding = CharEncoding::kJsonString}, &g_);
-        if (!e.ok()) return e.status().WithContext(fmt::format("at '{}': ", ctx.path));
+        if (!e.ok()) return e.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
         body = *e;
       }
     } else if (!format.empty()) {

@@ -3,7 +3,9 @@
 #include <map>
 #include <set>
 
+#include "structured/automaton.h"
 #include "structured/json_schema_internal.h"
+#include "structured/regex.h"
 
 namespace dinfer::structured::json_internal {
 namespace {
@@ -166,9 +168,17 @@ StatusOr<ExprId> Converter::Object(const json::object& s, const Ctx& ctx) {
         const std::string name(r.as_string());
         auto it = index.find(name);
         if (it == index.end()) {
-          // Required but not listed: constrained like any other extra property.
+          // Required but not listed: constrained by the patterns it matches (merged below), else
+          // by additionalProperties.
+          bool patterned = false;
+          if (has_patterns) {
+            for (const auto& kv : pp->as_object()) {
+              auto m = PatternMatches(kv.key(), name, true);
+              patterned |= m.ok() && *m;
+            }
+          }
           index[name] = props.size();
-          props.push_back({name, ap ? *ap : json::value(true), true});
+          props.push_back({name, ap && !patterned ? *ap : json::value(true), true});
         } else {
           props[it->second].required = true;
         }
@@ -179,7 +189,8 @@ StatusOr<ExprId> Converter::Object(const json::object& s, const Ctx& ctx) {
       for (Prop& p : props) {
         for (const auto& kv : pp->as_object()) {
           auto m = PatternMatches(kv.key(), p.name, true);
-          if (!m.ok()) return m.status().WithContext(fmt::format("at '{}': ", ctx.path));
+          if (!m.ok())
+            return m.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
           if (*m) p.schema = json::object{{"allOf", json::array{p.schema, kv.value()}}};
         }
       }
@@ -213,42 +224,74 @@ StatusOr<ExprId> Converter::Object(const json::object& s, const Ctx& ctx) {
       DINFER_ASSIGN_OR_RETURN(ExprId v, Value(props[i].schema, c));
       pairs[i] = g_.Seq({g_.Literal(KeyLiteral(props[i].name)), Sep(':'), v});
     }
-    // Other properties, after the listed ones.
-    ExprId other = g_.Nothing();
+    // Other properties, after the listed ones. Pattern properties that cannot change what other
+    // keys may hold (one schema for every key: a pattern matching any key, or the same schema as
+    // additionalProperties) are plain additional properties.
+    const json::value* extra_schema = ap;
+    bool patterns_apart = has_patterns;
     if (has_patterns) {
-      if (ap && !IsFalse(*ap)) {
-        return Unsupported(ctx, "patternProperties together with additionalProperties");
-      }
-      if (!ap) return Unsupported(ctx, "patternProperties without additionalProperties: false");
-      const auto& patterns = pp->as_object();
+      auto text = [](const json::value* v) {
+        const std::string t = v ? SerializeCompact(*v) : "true";
+        return t == "{}" ? std::string("true") : t;
+      };
       std::set<std::string> schemas;
-      for (const auto& kv : patterns) schemas.insert(SerializeCompact(kv.value()));
-      if (schemas.size() > 1) {
-        return Unsupported(ctx, "several patternProperties with different schemas");
+      bool universal = false;
+      for (const auto& kv : pp->as_object()) {
+        schemas.insert(text(&kv.value()));
+        auto m = PatternMatches(kv.key(), "", true);
+        universal |= m.ok() && *m;
+      }
+      if (schemas.size() == 1 && (universal || *schemas.begin() == text(ap))) {
+        extra_schema = &pp->as_object().begin()->value();
+        patterns_apart = false;
+      }
+    }
+    ExprId other = g_.Nothing();
+    if (patterns_apart) {
+      // Keys matching a pattern take its schema; keys matching none take additionalProperties.
+      // Patterns with different schemas must not share a key (it would need both schemas).
+      const auto& patterns = pp->as_object();
+      std::vector<std::string> all;
+      for (const auto& kv : patterns) all.emplace_back(kv.key());
+      size_t i = 0;
+      for (auto x = patterns.begin(); x != patterns.end(); ++x, ++i) {
+        size_t j = i + 1;
+        for (auto y = std::next(x); y != patterns.end(); ++y, ++j) {
+          if (SerializeCompact(x->value()) == SerializeCompact(y->value())) continue;
+          DINFER_ASSIGN_OR_RETURN(ExprId both, KeyLanguage({all[i], all[j]}, {}, {}, ctx));
+          if (!g_.IsNothing(both)) {
+            return Unsupported(ctx, "patternProperties whose patterns share keys but not schemas");
+          }
+        }
       }
       std::vector<ExprId> alts;
       for (const auto& kv : patterns) {
-        for (const std::string& n : names) {
-          auto m = PatternMatches(kv.key(), n, true);
-          if (m.ok() && *m) {
-            return Unsupported(ctx, "patternProperties matching a listed property");
-          }
-        }
         Ctx c = ctx;
         c.path += "/patternProperties/" + std::string(kv.key());
-        json::object key_schema{{"type", "string"}, {"pattern", kv.key()}};
-        DINFER_ASSIGN_OR_RETURN(ExprId k, String(key_schema, c));
+        DINFER_ASSIGN_OR_RETURN(ExprId k, KeyLanguage({std::string(kv.key())}, {}, names, c));
         DINFER_ASSIGN_OR_RETURN(ExprId v, Value(kv.value(), c));
         alts.push_back(g_.Seq({k, Sep(':'), v}));
       }
+      if (!(ap && IsFalse(*ap))) {
+        Ctx c = ctx;
+        c.path += "/additionalProperties";
+        DINFER_ASSIGN_OR_RETURN(ExprId k, KeyLanguage({}, all, names, c));
+        ExprId v;
+        if (ap) {
+          DINFER_ASSIGN_OR_RETURN(v, Value(*ap, c));
+        } else {
+          v = AnyValue();
+        }
+        alts.push_back(g_.Seq({k, Sep(':'), v}));
+      }
       other = g_.Alt(std::move(alts));
-    } else if (extra) {
+    } else if (extra && !(extra_schema && IsFalse(*extra_schema))) {
       Ctx c = ctx;
       c.path += "/additionalProperties";
       DINFER_ASSIGN_OR_RETURN(ExprId k, KeyExcept(names));
       ExprId v;
-      if (ap) {
-        DINFER_ASSIGN_OR_RETURN(v, Value(*ap, c));
+      if (extra_schema) {
+        DINFER_ASSIGN_OR_RETURN(v, Value(*extra_schema, c));
       } else {
         v = AnyValue();
       }
@@ -295,6 +338,135 @@ StatusOr<ExprId> Converter::Object(const json::object& s, const Ctx& ctx) {
     }
     return g_.Seq({g_.Byte('{'), Ws(), memo[0][0], Ws(), g_.Byte('}')});
   });
+}
+
+StatusOr<ExprId> Converter::KeyLanguage(const std::vector<std::string>& all_of,
+                                        const std::vector<std::string>& none_of,
+                                        const std::vector<std::string>& names, const Ctx& ctx) {
+  std::string key = "keylang:";
+  for (const auto* list : {&all_of, &none_of, &names}) {
+    for (const auto& x : *list) key += KeyLiteral(x);
+    key += '|';
+  }
+  if (auto it = key_languages_.find(key); it != key_languages_.end()) return it->second;
+  // Each part is a one-rule automaton over JSON string literals in the canonical spelling; the
+  // key language is their product: in the string automaton, in every all_of automaton, and out
+  // of the exclusion automaton.
+  auto automaton = [&](auto&& body) -> StatusOr<std::optional<Automaton>> {
+    Grammar kg;
+    DINFER_ASSIGN_OR_RETURN(ExprId b, body(&kg));
+    kg.set_root(kg.DefineRule("key", kg.Seq({kg.Byte('"'), b, kg.Byte('"')})));
+    auto a = Automaton::Build(kg);
+    if (!a.ok()) {
+      if (a.status().code() == StatusCode::kInvalidArgument) return std::optional<Automaton>();
+      return a.status();
+    }
+    return std::optional<Automaton>(std::move(*a));
+  };
+  auto pattern = [&](const std::string& p) {
+    return [&](Grammar* kg) -> StatusOr<ExprId> {
+      auto e = RegexToExpr(p, {.search = true, .encoding = CharEncoding::kJsonString}, kg);
+      if (!e.ok()) return e.status().WithContext(fmt::format("JSON Schema at '{}'", Where(ctx)));
+      return *e;
+    };
+  };
+  std::vector<Automaton> parts;  // parts[0]: any string; then the all_of patterns
+  DINFER_ASSIGN_OR_RETURN(
+      auto any, automaton([](Grammar* kg) -> StatusOr<ExprId> {
+        return kg->Star(kg->Chars({{0, kMaxCodepoint}}, CharEncoding::kJsonString));
+      }));
+  parts.push_back(std::move(*any));
+  for (const std::string& p : all_of) {
+    DINFER_ASSIGN_OR_RETURN(auto a, automaton(pattern(p)));
+    if (!a) return key_languages_[key] = g_.Nothing();
+    parts.push_back(std::move(*a));
+  }
+  std::optional<Automaton> excluded;
+  if (!none_of.empty() || !names.empty()) {
+    DINFER_ASSIGN_OR_RETURN(excluded, automaton([&](Grammar* kg) -> StatusOr<ExprId> {
+                              std::vector<ExprId> alts;
+                              for (const std::string& p : none_of) {
+                                DINFER_ASSIGN_OR_RETURN(ExprId e, pattern(p)(kg));
+                                alts.push_back(e);
+                              }
+                              for (const std::string& n : names) {
+                                std::vector<ExprId> chars;
+                                for (uint32_t cp : Codepoints(n))
+                                  chars.push_back(kg->Chars({{cp, cp}}, CharEncoding::kJsonString));
+                                alts.push_back(kg->Seq(std::move(chars)));
+                              }
+                              return kg->Alt(std::move(alts));
+                            }));
+  }
+  // Product states: one state per part (-1: the exclusion automaton has failed, which is fine).
+  const size_t width = parts.size() + 1;
+  std::vector<int32_t> start;
+  for (const Automaton& a : parts) start.push_back(a.rule(a.root()).start);
+  start.push_back(excluded ? excluded->rule(excluded->root()).start : -1);
+  std::map<std::vector<int32_t>, int32_t> ids = {{start, 0}};
+  std::vector<std::vector<int32_t>> tuples = {start};
+  auto dfa = std::make_shared<ByteDfa>();
+  constexpr size_t kMaxStates = 20000;
+  for (size_t i = 0; i < tuples.size(); ++i) {
+    if (tuples.size() > kMaxStates) {
+      return Unsupported(ctx, "patternProperties keys this complex");
+    }
+    const std::vector<int32_t> cur = tuples[i];
+    ByteDfa::State st;
+    bool final = true;
+    for (size_t k = 0; k < parts.size(); ++k) final &= parts[k].state(cur[k]).final;
+    if (cur[width - 1] >= 0 && excluded->state(cur[width - 1]).final) final = false;
+    st.final = final;
+    std::vector<int32_t> next(width);
+    for (int b = 0; b < 256; ++b) {
+      bool alive = true;
+      for (size_t k = 0; k < parts.size() && alive; ++k) {
+        const int32_t w = parts[k].Next(cur[k], static_cast<uint8_t>(b));
+        alive = w >= 0;
+        next[k] = w & kTargetMask;
+      }
+      if (!alive) continue;
+      const int32_t x = cur[width - 1];
+      const int32_t wx = x >= 0 ? excluded->Next(x, static_cast<uint8_t>(b)) : -1;
+      next[width - 1] = wx >= 0 ? (wx & kTargetMask) : -1;
+      auto [it, inserted] = ids.emplace(next, static_cast<int32_t>(tuples.size()));
+      if (inserted) tuples.push_back(next);
+      if (!st.edges.empty() && st.edges.back().hi + 1 == b && st.edges.back().to == it->second) {
+        st.edges.back().hi = static_cast<uint8_t>(b);
+      } else {
+        st.edges.push_back({static_cast<uint8_t>(b), static_cast<uint8_t>(b), it->second});
+      }
+    }
+    dfa->states.push_back(std::move(st));
+  }
+  // States that cannot reach an accepting one are dropped.
+  const size_t n = dfa->states.size();
+  std::vector<std::vector<int32_t>> back(n);
+  for (size_t s = 0; s < n; ++s) {
+    for (const auto& e : dfa->states[s].edges) back[e.to].push_back(static_cast<int32_t>(s));
+  }
+  std::vector<uint8_t> live(n, 0);
+  std::vector<int32_t> stack;
+  for (size_t s = 0; s < n; ++s) {
+    if (dfa->states[s].final) {
+      live[s] = 1;
+      stack.push_back(static_cast<int32_t>(s));
+    }
+  }
+  while (!stack.empty()) {
+    const int32_t s = stack.back();
+    stack.pop_back();
+    for (int32_t p : back[s]) {
+      if (!live[p]) {
+        live[p] = 1;
+        stack.push_back(p);
+      }
+    }
+  }
+  if (!live[0]) return key_languages_[key] = g_.Nothing();
+  for (auto& st : dfa->states) std::erase_if(st.edges, [&](const auto& e) { return !live[e.to]; });
+  // A rule of its own, which calls nothing: its masks are computed (and shared) at compile time.
+  return key_languages_[key] = g_.Ref(g_.DefineRule("key", g_.Dfa(std::move(dfa))));
 }
 
 }  // namespace dinfer::structured::json_internal

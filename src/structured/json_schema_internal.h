@@ -87,7 +87,9 @@ StatusOr<uint32_t> CountKeyword(const json::object& schema, std::string_view key
 StatusOr<json::object> MergeSchemas(const json::object& a, const json::object& b);
 
 // Whether no instance can match both schemas (a sufficient check; false means "maybe").
-bool Disjoint(const json::object& a, const json::object& b);
+// `flatten` resolves a property's schema ($ref, allOf) to an object, when it can.
+using Flattener = std::function<std::optional<json::object>(const json::value&)>;
+bool Disjoint(const json::object& a, const json::object& b, const Flattener& flatten);
 
 // JSON text of a property key, canonically escaped.
 std::string KeyLiteral(std::string_view name);
@@ -120,6 +122,11 @@ class Converter {
   StatusOr<ExprId> Array(const json::object& s, const Ctx& ctx);
   StatusOr<ExprId> Object(const json::object& s, const Ctx& ctx);
   StatusOr<ExprId> KeyExcept(const std::vector<std::string>& names);
+  // JSON string literals (canonical spelling) whose characters match every pattern of `all_of`
+  // (search semantics), no pattern of `none_of`, and are none of `names`.
+  StatusOr<ExprId> KeyLanguage(const std::vector<std::string>& all_of,
+                               const std::vector<std::string>& none_of,
+                               const std::vector<std::string>& names, const Ctx& ctx);
 
   ExprId Ws();
   ExprId Sep(char c);  // ws c ws
@@ -129,6 +136,7 @@ class Converter {
   StatusOr<ExprId> MemoRule(const std::string& key, const std::string& name,
                             const std::function<StatusOr<ExprId>(RuleId)>& make);
 
+  static std::string Where(const Ctx& ctx) { return ctx.path.empty() ? "/" : ctx.path; }
   Status Error(const Ctx& ctx, std::string_view what) const;
   Status Unsupported(const Ctx& ctx, std::string_view keyword) const;
 
@@ -137,6 +145,7 @@ class Converter {
   Draft draft_ = Draft::k2020;
   SchemaIndex index_;
   std::unordered_map<std::string, RuleId> memo_;
+  std::unordered_map<std::string, ExprId> key_languages_;
   RuleId ws_ = -1, any_value_ = -1, any_object_ = -1, any_array_ = -1, free_string_ = -1;
 };
 

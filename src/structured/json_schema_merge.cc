@@ -225,30 +225,54 @@ bool ClosedWithout(const json::object& s, std::string_view name) {
   return closed && !(p && p->contains(name));
 }
 
+std::optional<std::pair<Decimal, Decimal>> Range(const json::object& s) {
+  auto bound = [&](const char* k) {
+    const json::value* v = s.if_contains(k);
+    return v ? ToDecimal(*v) : std::nullopt;
+  };
+  auto lo = bound("minimum"), xlo = bound("exclusiveMinimum");
+  auto hi = bound("maximum"), xhi = bound("exclusiveMaximum");
+  if (xlo && (!lo || Decimal::Compare(*xlo, *lo) > 0)) lo = xlo;
+  if (xhi && (!hi || Decimal::Compare(*xhi, *hi) < 0)) hi = xhi;
+  if (!lo && !hi) return std::nullopt;
+  Decimal very_low, very_high;
+  very_low.negative = true;
+  very_low.int_digits = very_high.int_digits = std::string(400, '9');
+  return std::make_pair(lo ? *lo : very_low, hi ? *hi : very_high);
+}
+
 }  // namespace
 
-bool Disjoint(const json::object& a, const json::object& b) {
+bool Disjoint(const json::object& a, const json::object& b, const Flattener& flatten) {
   const uint32_t ta = Types(a), tb = Types(b);
   // Integers are numbers too.
   const uint32_t na = ta & kNumber ? ta | kInteger : ta;
   const uint32_t nb = tb & kNumber ? tb | kInteger : tb;
-  if ((na & nb) == 0) return true;
+  const uint32_t common = na & nb;
+  if (common == 0) return true;
   const auto la = Literals(a), lb = Literals(b);
   if (la && lb) {
     return std::none_of(la->begin(), la->end(),
                         [&](const std::string& x) { return lb->contains(x); });
   }
-  if ((na & nb) != kObject) return false;
-  // Objects: a discriminating property both require with disjoint literal values, or a required
-  // property that the other side forbids.
+  if ((common & ~(kInteger | kNumber)) == 0) {
+    // Numbers only: ranges that do not meet (bounds taken as inclusive).
+    const auto ra = Range(a), rb = Range(b);
+    return ra && rb &&
+           (Decimal::Compare(ra->second, rb->first) < 0 ||
+            Decimal::Compare(rb->second, ra->first) < 0);
+  }
+  if (common != kObject) return false;
+  // Objects: a discriminating property both require with values that exclude each other, or a
+  // required property that the other side forbids.
   const json::object* pa = Props(a);
   const json::object* pb = Props(b);
   if (pa && pb) {
     for (const auto& kv : *pa) {
       const json::value* vb = pb->if_contains(kv.key());
-      if (!vb || !kv.value().is_object() || !vb->is_object()) continue;
-      if (!Requires(a, kv.key()) || !Requires(b, kv.key())) continue;
-      if (Disjoint(kv.value().as_object(), vb->as_object())) return true;
+      if (!vb || !Requires(a, kv.key()) || !Requires(b, kv.key())) continue;
+      const auto fa = flatten(kv.value()), fb = flatten(*vb);
+      if (fa && fb && Disjoint(*fa, *fb, flatten)) return true;
     }
   }
   for (const auto* side : {&a, &b}) {

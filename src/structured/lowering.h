@@ -25,6 +25,7 @@ struct NfaState {
 
 struct Nfa {
   std::vector<NfaState> states;
+  std::vector<int32_t> absorbing;  // loop states of absorbing repetitions (Expr::absorbing)
 };
 
 // One byte position of a sequence: a set of byte ranges.

@@ -162,6 +162,54 @@ void Matcher::FillNextTokenBitmask(uint32_t* bitmask) {
   pool_.Undo(mark);
 }
 
+uint64_t Matcher::Distance(const Config& cfg) const {
+  if (cfg.complete) return 0;
+  uint64_t best = kInfiniteCount;
+  for (const Top& t : cfg.tops) {
+    const Automaton::State& st = a_.state(t.state);
+    uint64_t d = st.to_end;
+    const Automaton::RuleInfo& rule = a_.rule(st.rule);
+    // Characters still owed to a lower bound beyond the state's own need, a byte each at least.
+    if (rule.counted && rule.min_count > static_cast<uint64_t>(t.count) + st.need_min) {
+      d += rule.min_count - t.count - st.need_min;
+    }
+    for (int32_t f = t.parent; f >= 0; f = pool_[f].parent) d += a_.state(pool_[f].state).to_end;
+    best = std::min(best, d);
+  }
+  return best;
+}
+
+void Matcher::FillNextTokenBitmask(uint32_t* bitmask, int64_t remaining_tokens) {
+  FillNextTokenBitmask(bitmask);
+  const Entry& cur = history_.back();
+  if (cur.terminated) return;
+  const uint64_t distance = Distance(cur.cfg);
+  // This token, the completion one byte a token, and a stop token must fit.
+  if (remaining_tokens < 0 ||
+      static_cast<uint64_t>(remaining_tokens) > distance + 2 + kFinishWindow) {
+    return;
+  }
+  const TokenIndex& tokens = grammar_->tokens();
+  std::fill(scratch_.begin(), scratch_.end(), 0u);
+  bool any = false;
+  const size_t mark = pool_.size();
+  Config next;
+  for (int b = 0; b < 256; ++b) {
+    const int32_t id = tokens.single_byte_token(static_cast<uint8_t>(b));
+    if (id < 0 || !TestBit(bitmask, id)) continue;
+    pda_.Step(cur.cfg, static_cast<uint8_t>(b), &pool_, &next);
+    if (next.Dead() || Distance(next) + 1 > distance) continue;
+    SetBit(scratch_.data(), id);
+    any = true;
+  }
+  pool_.Undo(mark);
+  if (cur.cfg.complete) {
+    for (int32_t id : tokens.stop_ids()) SetBit(scratch_.data(), id);
+    any = true;
+  }
+  if (any) std::copy(scratch_.begin(), scratch_.end(), bitmask);
+}
+
 std::string Matcher::FindJumpForwardString(size_t max_bytes) {
   std::string out;
   const Entry& cur = history_.back();

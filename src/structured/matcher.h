@@ -30,6 +30,15 @@ class Matcher {
   bool AcceptBytes(std::string_view bytes);
   // Writes BitmaskWords(vocab_size) words: bit i set when token i may come next.
   void FillNextTokenBitmask(uint32_t* bitmask);
+  // The same, for a request that may generate at most `remaining_tokens` more tokens (this one
+  // included): once the budget comes within kFinishWindow tokens of the shortest completion,
+  // only single-byte tokens on a shortest completion (and a stop token where the text is
+  // complete) are allowed, so that the text ends complete instead of cut off. Where no such token
+  // exists the plain mask is kept.
+  void FillNextTokenBitmask(uint32_t* bitmask, int64_t remaining_tokens);
+  static constexpr int64_t kFinishWindow = 64;
+  // Fewest bytes that complete the text from here (0 when it is complete).
+  uint64_t CompletionBytes() const { return Distance(history_.back().cfg); }
   // Undoes the last `steps` AcceptToken/AcceptBytes calls; false if fewer were made.
   bool Rollback(int32_t steps);
   void Reset();
@@ -56,6 +65,7 @@ class Matcher {
   };
 
   bool StepBytes(const Config& from, std::string_view bytes, Config* out);
+  uint64_t Distance(const Config& cfg) const;
   void AddInside(const StateMasks& m, const Automaton::RuleInfo& rule, uint32_t count,
                  uint32_t* mask);
   void WalkSuffixes(const SuffixTrie& trie, const Config& start, const Automaton::RuleInfo& rule,

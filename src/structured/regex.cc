@@ -496,7 +496,8 @@ StatusOr<ExprId> RegexToExpr(std::string_view pattern, const RegexOptions& optio
     std::vector<ExprId> parts;
     if (!b.start) parts.push_back(g->Star(g->Chars({{0, kMaxCodepoint}}, any_encoding)));
     parts.push_back(body);
-    if (!b.end) parts.push_back(g->Star(g->Chars({{0, kMaxCodepoint}}, any_encoding)));
+    // What follows a match is free: once a match is complete, nothing else needs tracking.
+    if (!b.end) parts.push_back(g->AbsorbingStar(g->Chars({{0, kMaxCodepoint}}, any_encoding)));
     alts.push_back(g->Seq(std::move(parts)));
   }
   return g->Alt(std::move(alts));

@@ -91,19 +91,16 @@ void TokenIndex::Build(const std::vector<uint8_t>& excluded) {
     nodes_[n].sub_tok_end = static_cast<int32_t>(ids.size());
   }
   nodes_[0].tok_begin = nodes_[0].tok_end = 0;
+  single_byte_.fill(-1);
+  for (int32_t id : ids) {
+    if (bytes_[id].size() == 1 && single_byte_[static_cast<uint8_t>(bytes_[id][0])] < 0) {
+      single_byte_[static_cast<uint8_t>(bytes_[id][0])] = id;
+    }
+  }
   root_children_.clear();
   for (int32_t i = 1; i < static_cast<int32_t>(nodes_.size()); i = nodes_[i].subtree_end) {
     root_children_.push_back(i);
   }
-  uint64_t h = 0xCBF29CE484222325ull;
-  auto mix = [&](uint64_t x) { h = (h ^ x) * 0x100000001B3ull; };
-  for (const std::string& t : bytes_) {
-    for (char c : t) mix(static_cast<uint8_t>(c));
-    mix(0x1FF);
-  }
-  for (int32_t id : stop_ids_) mix(static_cast<uint64_t>(id) + 0x10000);
-  for (int32_t id : sorted_) mix(static_cast<uint64_t>(id) + 0x20000000);
-  fingerprint_ = h;
 }
 
 }  // namespace dinfer::structured

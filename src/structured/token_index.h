@@ -6,6 +6,7 @@
 // construction; share one per tokenizer across threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,6 +39,8 @@ class TokenIndex {
   int32_t vocab_size() const { return static_cast<int32_t>(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[id]; }
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+  // The matchable token whose bytes are exactly `b`, or -1.
+  int32_t single_byte_token(uint8_t b) const { return single_byte_[b]; }
   bool IsStop(int32_t id) const;
   // Whether the grammar can match the token's bytes (special tokens and empty tokens: never).
   bool matchable(int32_t id) const { return matchable_[id] != 0; }
@@ -47,8 +50,6 @@ class TokenIndex {
   // Token ids in byte order; nodes index into this.
   const std::vector<int32_t>& sorted() const { return sorted_; }
   int32_t max_token_bytes() const { return max_token_bytes_; }
-  // A fingerprint of the vocabulary and stop ids, for cache keys.
-  uint64_t fingerprint() const { return fingerprint_; }
 
  private:
   void Build(const std::vector<uint8_t>& excluded);
@@ -58,9 +59,9 @@ class TokenIndex {
   std::vector<uint8_t> matchable_;
   std::vector<Node> nodes_;
   std::vector<int32_t> root_children_;
+  std::array<int32_t, 256> single_byte_{};
   std::vector<int32_t> sorted_;
   int32_t max_token_bytes_ = 0;
-  uint64_t fingerprint_ = 0;
 };
 
 // Bitmask helpers: bit i of word i / 32 is token i.

@@ -108,6 +108,48 @@ class GenerateTest(unittest.TestCase):
             self.assertIn(flag, out)
 
 
+class GrammarTest(unittest.TestCase):
+    """`dinfer grammar`: compile statistics, match exit codes (0 valid, 1 rejected, 2 unsupported)."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_compile_prints_statistics_or_the_reason(self):
+        schema = self.write("s.json", '{"type": "object", "properties": {"a": {"type": "integer"}}}')
+        out = dinfer("grammar", "compile", "--json-schema", schema).stdout
+        self.assertIn("supported", out)
+        self.assertIn("states:", out)
+        out = dinfer("grammar", "compile", "--ebnf", self.write("g.gbnf", 'root ::= "a"+')).stdout
+        self.assertIn("rules:", out)
+        res = dinfer("grammar", "compile", "--regex", "a(?=b)", check=False)
+        self.assertEqual(res.returncode, 2)
+        self.assertIn("lookahead", res.stderr)
+
+    def test_match_exit_codes(self):
+        schema = self.write("s.json", '{"type": "object", "properties": {"n": {"type": "integer"}}, '
+                                      '"required": ["n"], "additionalProperties": false}')
+        good = self.write("good.json", '{"n": 12}\n')
+        bad = self.write("bad.json", '{"n": "x"}')
+        self.assertEqual(dinfer("grammar", "match", "--model", "default", "--json-schema", schema,
+                                "--text-file", good, check=False).returncode, 0)
+        res = dinfer("grammar", "match", "--model", "default", "--json-schema", schema, "--text-file", bad,
+                     check=False)
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("rejected", res.stderr)
+        unsupported = self.write("u.json", '{"type": "array", "uniqueItems": true}')
+        res = dinfer("grammar", "match", "--model", "default", "--json-schema", unsupported, "--text-file",
+                     good, check=False)
+        self.assertEqual(res.returncode, 2)
+        self.assertIn("uniqueItems", res.stderr)
+
+
 if __name__ == "__main__":
     BINARY = os.path.join(os.path.abspath(sys.argv.pop(1)), "bin", "dinfer")
     unittest.main(verbosity=2)

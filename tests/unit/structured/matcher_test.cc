@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "structured/json_schema.h"
 #include "structured/regex.h"
 #include "test_util.h"
 
@@ -53,6 +56,26 @@ TEST(Matcher, MasksEqualBruteForceOnNestedGrammar) {
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   WalkAndCheck(*g, "[[\"hello world\",12],\"x\\n\\u00e9\",[]]", true, 3);
   WalkAndCheck(*g, "[1,[2,[3", false, 2);
+}
+
+// JSON grammars exercise every kind of mask: derived and shared string masks, the key-exclusion
+// rule of additional properties, counted whitespace and lengths, masks computed on first use.
+TEST(Matcher, MasksEqualBruteForceOnJsonSchema) {
+  DINFER_REQUIRE_TOKENIZER();
+  const std::string schema = R"({"type":"object","properties":{
+    "name":{"type":"string","maxLength":12},"id":{"type":"string","pattern":"^[a-f0-9]{4,8}$"},
+    "when":{"type":"string","format":"date"},"score":{"type":"number","minimum":-1,"maximum":1},
+    "kind":{"enum":["alpha","beta"]},"tags":{"type":"array","items":{"type":"integer"},"maxItems":3}},
+    "required":["name"]})";
+  auto grammar = JsonSchemaToGrammar(std::string_view(schema));
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  auto g = DefaultCompiler()->Compile(*grammar);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  WalkAndCheck(*g,
+               R"({"name": "Zoë \"Z\"", "id":"beef01", "when":"2024-02-29",)"
+               R"( "score":-0.25,"kind":"beta","tags":[1, 22],"extra":{"x":[true,null]}})",
+               true, 2);
+  WalkAndCheck(*g, "{\n  \"name\": \"a\",\n  \"tags\": [\n", false, 1);
 }
 
 TEST(Matcher, CountedStringBoundsAreExact) {
@@ -154,6 +177,41 @@ TEST(Matcher, JumpForwardFollowsForcedText) {
   ASSERT_TRUE(m.AcceptBytes(", \"kind\": \"a"));
   EXPECT_EQ(m.FindJumpForwardString(), "dmin\"}");
   EXPECT_EQ(m.FindJumpForwardString(3), "dmi");
+}
+
+// With a token budget, random walks (that favour long tokens, which rarely close anything) still
+// end complete: near the end only a shortest completion is allowed.
+TEST(Matcher, TokenBudgetEndsTheTextComplete) {
+  DINFER_REQUIRE_TOKENIZER();
+  auto grammar = JsonSchemaToGrammar(std::string_view(R"({"type":"object","properties":{
+    "title":{"type":"string","minLength":3},"items":{"type":"array","items":{"type":"string"},
+    "minItems":1},"meta":{"type":"object"}},"required":["title","items","meta"]})"));
+  ASSERT_TRUE(grammar.ok());
+  auto g = DefaultCompiler()->Compile(*grammar);
+  ASSERT_TRUE(g.ok());
+  std::mt19937 rng(7);
+  std::vector<uint32_t> mask(BitmaskWords((*g)->tokens().vocab_size()));
+  for (int trial = 0; trial < 6; ++trial) {
+    Matcher m(*g);
+    const int64_t budget = 60 + 20 * trial;
+    EXPECT_LT(m.CompletionBytes() + 2, static_cast<uint64_t>(budget));
+    int64_t used = 0;
+    for (; used < budget && !m.IsTerminated(); ++used) {
+      m.FillNextTokenBitmask(mask.data(), budget - used);
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < m.vocab_size(); ++t) {
+        if (TestBit(mask.data(), t)) allowed.push_back(t);
+      }
+      ASSERT_FALSE(allowed.empty());
+      // Pick among the longest few allowed tokens, stop tokens last.
+      std::sort(allowed.begin(), allowed.end(), [&](int32_t x, int32_t y) {
+        return m.grammar().tokens().bytes(x).size() > m.grammar().tokens().bytes(y).size();
+      });
+      const int32_t t = allowed[rng() % std::min<size_t>(allowed.size(), 8)];
+      ASSERT_TRUE(m.AcceptToken(t));
+    }
+    EXPECT_TRUE(m.IsTerminated() || m.IsCompleted()) << "budget " << budget;
+  }
 }
 
 TEST(Matcher, LeftRecursionIsRefused) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "structured/json_schema.h"
@@ -204,8 +205,8 @@ TEST(JsonSchemaTestSuite, ValidAcceptedInvalidRejected) {
         if (grammar.ok()) bytes = testutil::ByteCompiler().Compile(*grammar);
         const Status status = grammar.ok() ? bytes.status() : grammar.status();
         if (status.code() == StatusCode::kUnimplemented) {
-          std::string reason = status.message().substr(0, status.message().find(" at '"));
-          ++reasons[reason];
+          // The reason without where it is ("... at '/properties/x' ...").
+          ++reasons[std::regex_replace(status.message(), std::regex(" ?at '[^']*'"), "")];
           continue;
         }
         const bool empty =
