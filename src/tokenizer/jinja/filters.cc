@@ -171,6 +171,7 @@ bool ParseFloat(std::string s, double* out) {
 }
 
 Value Int(const Value& v, const Args& args) {
+  if (v.is_undefined()) Fail("'{}' is undefined", v.undefined_name());  // int(Undefined) raises
   const Value fallback = Arg(args, 0, "default", Value::Int(0));
   if (v.kind() == Value::Kind::kInt || v.kind() == Value::Kind::kBool) {
     return Value::Int(v.int_value());
@@ -191,6 +192,7 @@ Value Int(const Value& v, const Args& args) {
 }
 
 Value Float(const Value& v, const Args& args) {
+  if (v.is_undefined()) Fail("'{}' is undefined", v.undefined_name());  // float(Undefined) raises
   if (v.is_number()) return Value::Float(v.float_value());
   double f = 0.0;
   if (v.is_string() && ParseFloat(v.text().str(), &f)) return Value::Float(f);
@@ -415,8 +417,13 @@ Value Indent(const Value& v, const Args& args) {
   const Text indention = width.is_string()
                              ? width.text()
                              : Text(std::string(static_cast<size_t>(width.int_value()), ' '), true);
-  Text s = StrOf(v);
-  s.Append("\n", true);  // Jinja appends a newline so that splitlines keeps a trailing empty line
+  // Jinja appends a newline with +=, which only strings survive.
+  if (!v.is_string()) {
+    if (v.is_undefined()) Fail("'{}' is undefined", v.undefined_name());
+    Fail("unsupported operand type(s) for +=: '{}' and 'str'", TypeName(v));
+  }
+  Text s = v.text();
+  s.Append("\n", true);  // so that splitlines keeps a trailing empty line
   const std::vector<Value> lines =
       GetAttr(Value::String(s), "splitlines").callable().fn(Args()).list().items;
   Text out;
@@ -470,9 +477,9 @@ Value Center(const Value& v, const Args& args) {
   return GetAttr(Value::String(StrOf(v)), "center").callable().fn(a);
 }
 
-// printf-style `value % args` (the format filter): %s, %r, %d, %i, %f, %%.
-Value FormatFilter(const Value& v, const Args& args) {
-  const Text f = StrOf(v);
+}  // namespace
+
+Text PercentFormat(const Text& f, const std::vector<Value>& args, bool mapping_arg) {
   const std::string& s = f.str();
   Text out;
   size_t next = 0, literal = 0;
@@ -486,8 +493,8 @@ Value FormatFilter(const Value& v, const Args& args) {
       out.Append("%", f.AllTrusted());
       continue;
     }
-    if (next >= args.positional.size()) Fail("not enough arguments for format string");
-    const Value& a = args.positional[next++];
+    if (next >= args.size()) Fail("not enough arguments for format string");
+    const Value& a = args[next++];
     if (conv == 's') {
       out.Append(StrOf(a));
     } else if (conv == 'r') {
@@ -506,7 +513,17 @@ Value FormatFilter(const Value& v, const Args& args) {
     }
   }
   out.Append(f.Slice(literal, s.size()));
-  return Value::String(std::move(out));
+  if (next < args.size() && !mapping_arg) {
+    Fail("not all arguments converted during string formatting");
+  }
+  return out;
+}
+
+namespace {
+
+// Jinja's format filter: soft_str(value) % args.
+Value FormatFilter(const Value& v, const Args& args) {
+  return Value::String(PercentFormat(StrOf(v), args.positional, /*mapping_arg=*/false));
 }
 
 Value Attr(const Value& v, const Args& args) {
@@ -609,7 +626,10 @@ bool IsIterable(const Value& v, const Args&) {
   return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
 }
 bool IsSequence(const Value& v, const Args& a) { return IsIterable(v, a) && !v.is_generator(); }
-bool IsCallable(const Value& v, const Args&) { return v.kind() == Value::Kind::kCallable; }
+// Jinja's Undefined defines __call__ (to fail when called), so it passes callable().
+bool IsCallable(const Value& v, const Args&) {
+  return v.kind() == Value::Kind::kCallable || v.is_undefined();
+}
 bool IsSameAs(const Value& v, const Args& args) {
   const Value& other = TestArg(args);
   if (v.kind() != other.kind()) return false;
@@ -633,18 +653,22 @@ bool IsLt(const Value& v, const Args& args) { return Less(v, TestArg(args)); }
 bool IsLe(const Value& v, const Args& args) { return !Less(TestArg(args), v); }
 bool IsGt(const Value& v, const Args& args) { return Less(TestArg(args), v); }
 bool IsGe(const Value& v, const Args& args) { return !Less(v, TestArg(args)); }
-int64_t IntOf(const Value& v) {
-  if (v.kind() == Value::Kind::kFloat) return static_cast<int64_t>(v.float_value());
-  if (!v.is_number()) Fail("not all arguments converted during string formatting");
-  return v.int_value();
+// Python's value % divisor (what even, odd and divisibleby compute), as a double.
+double PyMod(const Value& v, const Value& divisor) {
+  if (v.is_undefined()) Fail("'{}' is undefined", v.undefined_name());
+  if (v.is_string()) Fail("not all arguments converted during string formatting");
+  if (!v.is_number() || !divisor.is_number()) {
+    Fail("unsupported operand type(s) for %: '{}' and '{}'", TypeName(v), TypeName(divisor));
+  }
+  const double d = divisor.float_value();
+  if (d == 0.0) Fail("integer division or modulo by zero");
+  double m = std::fmod(v.float_value(), d);
+  if (m != 0.0 && ((m < 0) != (d < 0))) m += d;
+  return m;
 }
-bool IsEven(const Value& v, const Args&) { return IntOf(v) % 2 == 0; }
-bool IsOdd(const Value& v, const Args&) { return IntOf(v) % 2 != 0; }
-bool IsDivisibleBy(const Value& v, const Args& args) {
-  const int64_t d = IntOf(TestArg(args));
-  if (d == 0) Fail("integer division or modulo by zero");
-  return IntOf(v) % d == 0;
-}
+bool IsEven(const Value& v, const Args&) { return PyMod(v, Value::Int(2)) == 0.0; }
+bool IsOdd(const Value& v, const Args&) { return PyMod(v, Value::Int(2)) == 1.0; }
+bool IsDivisibleBy(const Value& v, const Args& args) { return PyMod(v, TestArg(args)) == 0.0; }
 bool IsLower(const Value& v, const Args&) {
   return Truthy(GetAttr(Value::String(StrOf(v)), "islower").callable().fn(Args()));
 }

@@ -531,6 +531,8 @@ Value GetItem(const Value& obj, const Value& key) {
 }
 
 Value Slice(const Value& obj, const Value& start_v, const Value& stop_v, const Value& step_v) {
+  // Jinja slices with Python's own subscript (not its forgiving getitem): other objects fail.
+  if (obj.is_dict()) Fail("unhashable type: 'slice'");
   if ((!obj.is_list() && !obj.is_string()) || obj.is_generator()) {
     Fail("'{}' object is not subscriptable", TypeName(obj));
   }
@@ -570,6 +572,7 @@ bool Contains(const Value& container, const Value& item) {
       return std::any_of(container.list().items.begin(), container.list().items.end(),
                          [&](const Value& v) { return Equal(v, item); });
     case Value::Kind::kDict:
+      if (item.is_list() || item.is_dict()) Fail("unhashable type: '{}'", TypeName(item));
       return item.is_string() && container.dict().Find(item.text().str()) != nullptr;
     case Value::Kind::kUndefined:
       return false;

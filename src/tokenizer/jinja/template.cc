@@ -107,9 +107,10 @@ Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
     }
   }
   if (op == "%" && a.is_string()) {
-    Args args;
-    args.positional = b.is_list() && b.list().tuple ? b.list().items : std::vector<Value>{b};
-    return CallFilter("format", a, args);
+    if (b.is_list() && b.list().tuple)
+      return Value::String(PercentFormat(a.text(), b.list().items, false));
+    return Value::String(
+        PercentFormat(a.text(), {b}, (b.is_list() && !b.is_generator()) || b.is_dict()));
   }
   Fail("unsupported operand type(s) for {}: '{}' and '{}'", op, TypeName(a), TypeName(b));
 }
