@@ -494,4 +494,36 @@ Text Template::Render(const std::vector<std::pair<std::string, Value>>& globals)
   return Evaluator(globals).Run(body_);
 }
 
+namespace {
+
+bool IsMember(const Expr& e, std::string_view name) {
+  if (e.kind == Expr::Kind::kGetAttr) return e.name == name;
+  if (e.kind != Expr::Kind::kGetItem) return false;
+  const Expr& key = *e.children[1];
+  return key.kind == Expr::Kind::kLiteral && key.literal.is_string() &&
+         key.literal.text().str() == name;
+}
+
+// The iterable of a for loop, or what a filter chain over it starts from (`x.content|list`).
+const Expr& LoopSource(const Expr& e) {
+  const Expr* s = &e;
+  while (s->kind == Expr::Kind::kFilter && s->children[0]) s = s->children[0].get();
+  return *s;
+}
+
+bool BodyLoopsOver(const Body& body, std::string_view name) {
+  for (const StmtPtr& s : body) {
+    if (s->kind == Stmt::Kind::kFor && IsMember(LoopSource(*s->expr), name)) return true;
+    if (BodyLoopsOver(s->body, name) || BodyLoopsOver(s->else_body, name)) return true;
+    for (const auto& [cond, b] : s->branches) {
+      if (BodyLoopsOver(b, name)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Template::LoopsOver(std::string_view name) const { return BodyLoopsOver(body_, name); }
+
 }  // namespace dinfer::tokenizer::jinja
