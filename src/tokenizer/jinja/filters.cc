@@ -414,9 +414,12 @@ Value Indent(const Value& v, const Args& args) {
   const Value width = Arg(args, 0, "width", Value::Int(4));
   const bool first = Truthy(Arg(args, 1, "first", kFalse));
   const bool blank = Truthy(Arg(args, 2, "blank", kFalse));
-  const Text indention = width.is_string()
-                             ? width.text()
-                             : Text(std::string(static_cast<size_t>(width.int_value()), ' '), true);
+  // " " * width, which is empty for a negative width.
+  const Text indention =
+      width.is_string()
+          ? width.text()
+          : Text(std::string(static_cast<size_t>(std::max<int64_t>(0, width.int_value())), ' '),
+                 true);
   // Jinja appends a newline with +=, which only strings survive.
   if (!v.is_string()) {
     if (v.is_undefined()) Fail("'{}' is undefined", v.undefined_name());

@@ -1,8 +1,11 @@
 // Request preparation for chat templates: content format detection, tool-call arguments parsed
 // from JSON strings, text parts joined, continue_final_message and documents options.
 
+#include <iterator>
+#include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
@@ -101,6 +104,47 @@ TEST(ChatRequest, ContinueFinalMessageRules) {
   EXPECT_FALSE(segments->back().trusted);
   o.documents = json::parse(R"("not a list")");
   EXPECT_EQ(t.Render(messages, o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ChatRequest, MangledTemplatesFailCleanly) {
+  // Real templates with random cuts and insertions of Jinja syntax: parsing and rendering give
+  // errors or text, never crash or hang.
+  std::vector<std::string> sources;
+  for (const char* name : {"qwen3", "llama-3.1", "mistral-small-3.2", "gemma3", "deepseek-v3.1"}) {
+    sources.push_back(ReadFileToString(DINFER_SOURCE_DIR "/tests/data/chat_templates/" +
+                                       std::string(name) + ".jinja")
+                          .value());
+  }
+  const char* fragments[] = {"{{",  "}}",     "{%",     "%}",    "{#",   "#}",       "-",
+                             "'",   "(",      ")",      "[",     "]",    "|",        ".",
+                             ",",   " if ",   " else ", " for ", " in ", " endfor ", " endif ",
+                             "raw", "endraw", "loop",   "\\",    "\n",   " is ",     " not "};
+  const json::array messages = json::parse(R"([{"role": "system", "content": "s"},
+      {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+      {"role": "user", "content": "v"}])")
+                                   .as_array();
+  std::mt19937 rng(5);
+  int parsed = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string t = sources[rng() % sources.size()];
+    for (int edit = 0; edit < 3; ++edit) {
+      const size_t pos = rng() % t.size();
+      if (rng() % 2) {
+        t.erase(pos, 1 + rng() % 8);
+      } else {
+        t.insert(pos, fragments[rng() % std::size(fragments)]);
+      }
+    }
+    auto tmpl = ChatTemplate::Parse(t);
+    if (!tmpl.ok()) {
+      EXPECT_EQ(tmpl.status().code(), StatusCode::kInvalidArgument);
+      continue;
+    }
+    ++parsed;
+    auto r = tmpl->Render(messages, {});
+    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_GT(parsed, 20);
 }
 
 }  // namespace
