@@ -95,32 +95,32 @@ Value Last(const Value& v, const Args&) {
 Value Join(const Value& v, const Args& args) {
   const Value sep = Arg(args, 0, "d", Value::String(Text()));
   const Value& attribute = Arg(args, 1, "attribute", kNone);
-  const Text sep_text = StrOf(sep);
+  const Text sep_text = ToText(sep);
   Text out;
   const std::vector<Value> items = Iterate(v);
   for (size_t i = 0; i < items.size(); ++i) {
     if (i > 0) out.Append(sep_text);
-    out.Append(StrOf(attribute.is_none() ? items[i]
-                                         : AttrPath(items[i], NameArg(attribute, "attribute"))));
+    out.Append(ToText(attribute.is_none() ? items[i]
+                                          : AttrPath(items[i], NameArg(attribute, "attribute"))));
   }
   return Value::String(std::move(out));
 }
 
 Value Upper(const Value& v, const Args&) {
-  return Value::String(StrOf(v).MapCodePoints([](char32_t c, char32_t) { return ToUpper(c); }));
+  return Value::String(ToText(v).MapCodePoints([](char32_t c, char32_t) { return ToUpper(c); }));
 }
 
 Value Lower(const Value& v, const Args&) {
-  return Value::String(StrOf(v).MapCodePoints([](char32_t c, char32_t) { return ToLower(c); }));
+  return Value::String(ToText(v).MapCodePoints([](char32_t c, char32_t) { return ToLower(c); }));
 }
 
 Value Capitalize(const Value& v, const Args& args) {
-  return GetAttr(Value::String(StrOf(v)), "capitalize").callable().fn(args);
+  return GetAttr(Value::String(ToText(v)), "capitalize").callable().fn(args);
 }
 
 // Jinja's title: words begin after '-', whitespace, or an opening bracket.
 Value Title(const Value& v, const Args&) {
-  return Value::String(StrOf(v).MapCodePoints([](char32_t c, char32_t previous) {
+  return Value::String(ToText(v).MapCodePoints([](char32_t c, char32_t previous) {
     const bool word_start = previous == 0 || previous == '-' || previous == '(' ||
                             previous == '{' || previous == '[' || previous == '<' ||
                             IsPySpace(previous);
@@ -132,17 +132,17 @@ Value Trim(const Value& v, const Args& args) {
   const Value& chars = Arg(args, 0, "chars", kNone);
   Args strip_args;
   strip_args.positional.push_back(chars);
-  return GetAttr(Value::String(StrOf(v)), "strip").callable().fn(strip_args);
+  return GetAttr(Value::String(ToText(v)), "strip").callable().fn(strip_args);
 }
 
 Value ReplaceFilter(const Value& v, const Args& args) {
   const Value& count = Arg(args, 2, "count", kNone);
-  return Value::String(Replace(StrOf(v), StrOf(Arg(args, 0, "old", kUndefined)),
-                               StrOf(Arg(args, 1, "new", kUndefined)),
+  return Value::String(Replace(ToText(v), ToText(Arg(args, 0, "old", kUndefined)),
+                               ToText(Arg(args, 1, "new", kUndefined)),
                                count.is_none() ? -1 : count.int_value()));
 }
 
-Value String(const Value& v, const Args&) { return Value::String(StrOf(v)); }
+Value String(const Value& v, const Args&) { return Value::String(ToText(v)); }
 
 bool ParseInt(std::string s, int64_t* out) {
   s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
@@ -447,7 +447,7 @@ Value Indent(const Value& v, const Args& args) {
 }
 
 Value WordCount(const Value& v, const Args&) {
-  const std::string s = StrOf(v).str();
+  const std::string s = ToText(v).str();
   int64_t words = 0;
   bool in_word = false;
   for (size_t pos = 0; pos < s.size();) {
@@ -463,7 +463,7 @@ Value WordCount(const Value& v, const Args&) {
 }
 
 Value Escape(const Value& v, const Args&) {
-  Text s = StrOf(v);
+  Text s = ToText(v);
   const std::pair<const char*, const char*> kEntities[] = {
       {"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&#34;"}, {"'", "&#39;"}};
   for (const auto& [from, to] : kEntities) {
@@ -477,7 +477,7 @@ Value Safe(const Value& v, const Args&) { return v; }
 Value Center(const Value& v, const Args& args) {
   Args a;
   a.positional.push_back(Arg(args, 0, "width", Value::Int(80)));
-  return GetAttr(Value::String(StrOf(v)), "center").callable().fn(a);
+  return GetAttr(Value::String(ToText(v)), "center").callable().fn(a);
 }
 
 }  // namespace
@@ -499,7 +499,7 @@ Text PercentFormat(const Text& f, const std::vector<Value>& args, bool mapping_a
     if (next >= args.size()) Fail("not enough arguments for format string");
     const Value& a = args[next++];
     if (conv == 's') {
-      out.Append(StrOf(a));
+      out.Append(ToText(a));
     } else if (conv == 'r') {
       out.Append(Repr(a));
     } else if (conv == 'd' || conv == 'i') {
@@ -526,7 +526,7 @@ namespace {
 
 // Jinja's format filter: soft_str(value) % args.
 Value FormatFilter(const Value& v, const Args& args) {
-  return Value::String(PercentFormat(StrOf(v), args.positional, /*mapping_arg=*/false));
+  return Value::String(PercentFormat(ToText(v), args.positional, /*mapping_arg=*/false));
 }
 
 Value Attr(const Value& v, const Args& args) {
@@ -673,10 +673,10 @@ bool IsEven(const Value& v, const Args&) { return PyMod(v, Value::Int(2)) == 0.0
 bool IsOdd(const Value& v, const Args&) { return PyMod(v, Value::Int(2)) == 1.0; }
 bool IsDivisibleBy(const Value& v, const Args& args) { return PyMod(v, TestArg(args)) == 0.0; }
 bool IsLower(const Value& v, const Args&) {
-  return Truthy(GetAttr(Value::String(StrOf(v)), "islower").callable().fn(Args()));
+  return Truthy(GetAttr(Value::String(ToText(v)), "islower").callable().fn(Args()));
 }
 bool IsUpper(const Value& v, const Args&) {
-  return Truthy(GetAttr(Value::String(StrOf(v)), "isupper").callable().fn(Args()));
+  return Truthy(GetAttr(Value::String(ToText(v)), "isupper").callable().fn(Args()));
 }
 bool IsFilter(const Value& v, const Args&) { return v.is_string() && HasFilter(v.text().str()); }
 bool IsTest(const Value& v, const Args&) { return v.is_string() && HasTest(v.text().str()); }

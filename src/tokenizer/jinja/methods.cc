@@ -62,7 +62,7 @@ Text Format(const Text& fmt_text, const Args& args) {
       }
       if (v == nullptr) Fail("KeyError: '{}'", field);
     }
-    out.Append(StrOf(*v));
+    out.Append(ToText(*v));
     literal_begin = close + 1;
     i = close;
   }
@@ -371,8 +371,6 @@ const Value& Arg(const Args& args, size_t index, std::string_view name, const Va
   }
   return fallback;
 }
-
-Text StrOf(const Value& v) { return ToText(v); }
 
 Text Replace(const Text& s, const Text& old, const Text& replacement, int64_t count) {
   const std::string& str = s.str();
