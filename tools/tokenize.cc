@@ -118,7 +118,14 @@ StatusOr<std::vector<PromptSegment>> Prompt(const TokenizeArgs& a,
   }
   if (tok.bos_id()) o.bos_token = tok.TokenBytes(*tok.bos_id());
   if (!tok.eos_ids().empty()) o.eos_token = tok.TokenBytes(tok.eos_ids().front());
-  return tmpl.Render(c.at("messages").as_array(), o);
+  // As a server prepares a request: arguments given as JSON text parsed, text parts joined for
+  // templates that read strings.
+  boost::json::array messages = c.at("messages").as_array();
+  DINFER_RETURN_IF_ERROR(tokenizer::ParseToolCallArguments(&messages));
+  if (tmpl.content_format() == tokenizer::ContentFormat::kString) {
+    DINFER_RETURN_IF_ERROR(tokenizer::FlattenTextContent(&messages));
+  }
+  return tmpl.Render(messages, o);
 }
 
 bool WriteFile(const std::string& path, const std::string& text) {

@@ -13,7 +13,10 @@ using jinja::Value;
 
 StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
   try {
-    return ChatTemplate(jinja::Template::Parse(source));
+    std::shared_ptr<const jinja::Template> t = jinja::Template::Parse(source);
+    const ContentFormat format =
+        t->LoopsOver("content") ? ContentFormat::kParts : ContentFormat::kString;
+    return ChatTemplate(std::move(t), format);
   } catch (const TemplateError& e) {
     return InvalidArgument("chat template syntax error at line {}: {}", e.line, e.message);
   }
@@ -171,6 +174,57 @@ StatusOr<std::vector<PromptSegment>> ChatTemplate::Render(const boost::json::arr
     begin = run.end;
   }
   return segments;
+}
+
+Status ParseToolCallArguments(boost::json::array* messages) {
+  for (size_t i = 0; i < messages->size(); ++i) {
+    boost::json::object* m = (*messages)[i].if_object();
+    boost::json::value* calls = m ? m->if_contains("tool_calls") : nullptr;
+    if (calls == nullptr || !calls->is_array()) continue;
+    for (boost::json::value& call : calls->as_array()) {
+      boost::json::value* function =
+          call.is_object() ? call.as_object().if_contains("function") : nullptr;
+      if (function == nullptr || !function->is_object()) continue;
+      boost::json::value& args = function->as_object()["arguments"];
+      if (args.is_object() || args.is_array()) continue;
+      if (args.is_null() || (args.is_string() && args.as_string().empty())) {
+        args = boost::json::object();
+        continue;
+      }
+      boost::json::error_code ec;
+      boost::json::value parsed =
+          args.is_string() ? boost::json::parse(args.as_string(), ec) : boost::json::value();
+      if (!args.is_string() || ec) {
+        return InvalidArgument("messages[{}]: tool call arguments are not valid JSON", i);
+      }
+      args = std::move(parsed);
+    }
+  }
+  return OkStatus();
+}
+
+Status FlattenTextContent(boost::json::array* messages) {
+  for (size_t i = 0; i < messages->size(); ++i) {
+    boost::json::object* m = (*messages)[i].if_object();
+    boost::json::value* content = m ? m->if_contains("content") : nullptr;
+    if (content == nullptr || !content->is_array()) continue;
+    std::string text;
+    bool first = true;
+    for (const boost::json::value& part : content->as_array()) {
+      const boost::json::object* p = part.if_object();
+      const boost::json::value* type = p ? p->if_contains("type") : nullptr;
+      const boost::json::value* t = p ? p->if_contains("text") : nullptr;
+      if (type == nullptr || !type->is_string() || type->as_string() != "text" || t == nullptr ||
+          !t->is_string()) {
+        return InvalidArgument("messages[{}]: only text content parts are supported", i);
+      }
+      if (!first) text += '\n';
+      text += t->as_string();
+      first = false;
+    }
+    *content = boost::json::string(text);
+  }
+  return OkStatus();
 }
 
 std::string ChatTemplate::Join(const std::vector<PromptSegment>& segments) {

@@ -43,10 +43,18 @@ struct ChatRenderOptions {
   std::optional<std::chrono::system_clock::time_point> now;
 };
 
+// How a template reads message content: as a string, or as OpenAI content parts it iterates over
+// itself (Gemma 3, Mistral Small). Requests carrying parts for a kString template have them
+// joined first (FlattenTextContent), as vLLM does.
+enum class ContentFormat { kString, kParts };
+
 class ChatTemplate {
  public:
   // Syntax errors are InvalidArgument with the line and column.
   static StatusOr<ChatTemplate> Parse(std::string_view source);
+
+  // kParts when the template loops over some value's "content" (vLLM's detection), else kString.
+  ContentFormat content_format() const { return content_format_; }
 
   // `messages` are OpenAI Chat Completions messages: role; content as a string, null or a list of
   // content parts; tool_calls whose function.arguments is a parsed JSON object (as servers pass
@@ -59,8 +67,18 @@ class ChatTemplate {
   static std::string Join(const std::vector<PromptSegment>& segments);
 
  private:
-  explicit ChatTemplate(std::shared_ptr<const jinja::Template> t) : template_(std::move(t)) {}
+  ChatTemplate(std::shared_ptr<const jinja::Template> t, ContentFormat format)
+      : template_(std::move(t)), content_format_(format) {}
   std::shared_ptr<const jinja::Template> template_;
+  ContentFormat content_format_ = ContentFormat::kString;
 };
+
+// Request preparation servers share (what vLLM does before rendering):
+// Assistant tool calls' function.arguments, a JSON string in the OpenAI API, become the object
+// templates expect (empty or missing: {}). InvalidArgument names the message when it is not JSON.
+Status ParseToolCallArguments(boost::json::array* messages);
+// Content given as a list of text parts becomes one string, the texts joined by "\n". Other part
+// types are InvalidArgument (this engine reads text only).
+Status FlattenTextContent(boost::json::array* messages);
 
 }  // namespace dinfer::tokenizer

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/thread_pool.h"
+
 namespace dinfer::tokenizer {
 namespace {
 
@@ -72,7 +74,13 @@ void PreTokenizer::Split(std::string_view text, Scratch* scratch,
   pieces->clear();
   if (text.empty()) return;
   pieces->push_back(text);
-  for (const CompiledStep& compiled : steps_) {
+  ApplySteps(0, scratch, pieces);
+}
+
+void PreTokenizer::ApplySteps(size_t first, Scratch* scratch,
+                              std::vector<std::string_view>* pieces) const {
+  for (size_t i = first; i < steps_.size(); ++i) {
+    const CompiledStep& compiled = steps_[i];
     const PreTokenizerStep& step = compiled.step;
     if (step.kind == PreTokenizerStep::Kind::kByteLevel && step.add_prefix_space) {
       // HF prepends the space to every piece that does not start with one.
@@ -94,8 +102,77 @@ void PreTokenizer::Split(std::string_view text, Scratch* scratch,
   }
 }
 
+void PreTokenizer::SplitParallel(std::string_view text, ThreadPool& pool,
+                                 std::span<Scratch> scratch, std::vector<std::string_view>* pieces,
+                                 std::deque<std::string>* copies) const {
+  pieces->clear();
+  if (text.empty()) return;
+  if (steps_.empty()) {
+    pieces->push_back(text);
+    return;
+  }
+  const CompiledStep& first = steps_[0];
+  std::string_view subject = text;
+  if (first.step.kind == PreTokenizerStep::Kind::kByteLevel) {
+    // As first step, ByteLevel's piece is the whole text (and it is also the last step).
+    if (first.step.add_prefix_space && subject.front() != ' ') {
+      subject = copies->emplace_back(" " + std::string(text));
+    }
+    if (!first.step.use_regex) {
+      pieces->push_back(subject);
+      return;
+    }
+  }
+  Scratch& s0 = scratch[0];
+  s0.next.clear();
+  if (first.regex) {
+    std::vector<Regex::Match> matches;
+    first.regex->FindAllParallel(subject, pool, &matches);
+    SplitPiece(subject, first, &s0, &matches);
+  } else {
+    SplitPiece(subject, first, &s0);
+  }
+  std::vector<std::string_view> level = std::move(s0.next);
+  s0.next.clear();
+  if (steps_.size() == 1) {
+    *pieces = std::move(level);
+    return;
+  }
+
+  // The later steps, on chunks of the first step's pieces.
+  constexpr size_t kChunkBytes = 32 << 10;
+  std::vector<size_t> starts = {0};
+  size_t bytes = 0;
+  for (size_t i = 0; i < level.size(); ++i) {
+    bytes += level[i].size();
+    if (bytes >= kChunkBytes && i + 1 < level.size()) {
+      starts.push_back(i + 1);
+      bytes = 0;
+    }
+  }
+  std::vector<std::vector<std::string_view>> outputs(starts.size());
+  std::mutex copies_mu;
+  const char* begin = subject.data();
+  const char* end = begin + subject.size();
+  pool.ParallelFor(static_cast<int64_t>(starts.size()), [&](int thread, int64_t task) {
+    const size_t c = static_cast<size_t>(task);
+    const size_t stop = c + 1 < starts.size() ? starts[c + 1] : level.size();
+    std::vector<std::string_view>& out = outputs[c];
+    out.assign(level.begin() + static_cast<ptrdiff_t>(starts[c]),
+               level.begin() + static_cast<ptrdiff_t>(stop));
+    ApplySteps(1, &scratch[static_cast<size_t>(thread)], &out);
+    for (std::string_view& p : out) {
+      if (p.data() < begin || p.data() + p.size() > end) {  // views the thread's scratch
+        std::lock_guard<std::mutex> lock(copies_mu);
+        p = copies->emplace_back(p);
+      }
+    }
+  });
+  for (const auto& out : outputs) pieces->insert(pieces->end(), out.begin(), out.end());
+}
+
 void PreTokenizer::SplitPiece(std::string_view piece, const CompiledStep& compiled,
-                              Scratch* scratch) const {
+                              Scratch* scratch, const std::vector<Regex::Match>* matches) const {
   const PreTokenizerStep& step = compiled.step;
   // The piece as alternating non-matches and matches (HF's find_matches), empty ones included:
   // they still take part in merging below.
@@ -108,8 +185,11 @@ void PreTokenizer::SplitPiece(std::string_view piece, const CompiledStep& compil
     prev = end;
   };
   if (compiled.regex) {
-    compiled.regex->FindAll(piece, &scratch->matches);
-    for (const Regex::Match& m : scratch->matches) add_match(m.begin, m.end);
+    if (matches == nullptr) {
+      compiled.regex->FindAll(piece, &scratch->matches);
+      matches = &scratch->matches;
+    }
+    for (const Regex::Match& m : *matches) add_match(m.begin, m.end);
   } else if (!step.pattern.empty()) {
     for (size_t at = piece.find(step.pattern); at != std::string_view::npos;
          at = piece.find(step.pattern, at + step.pattern.size())) {

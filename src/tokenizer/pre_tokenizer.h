@@ -4,13 +4,20 @@
 // Immutable after Create; Split is safe from any thread (each caller passes its own scratch).
 #pragma once
 
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "tokenizer/regex.h"
+
+namespace dinfer {
+class ThreadPool;
+}
 
 namespace dinfer::tokenizer {
 
@@ -62,6 +69,13 @@ class PreTokenizer {
   // Replaces *pieces with the non-empty pieces of `text`; they view `text` or scratch->prefixed.
   void Split(std::string_view text, Scratch* scratch, std::vector<std::string_view>* pieces) const;
 
+  // The same pieces for a long text, computed on `pool` (one scratch per pool thread): the first
+  // step's regex searched in parallel (Regex::FindAllParallel), the later steps, which split each
+  // piece on its own, run on chunks of pieces at once. Pieces view `text` or strings added to
+  // *copies (whose elements never move).
+  void SplitParallel(std::string_view text, ThreadPool& pool, std::span<Scratch> scratch,
+                     std::vector<std::string_view>* pieces, std::deque<std::string>* copies) const;
+
   // True when a ByteLevel step maps bytes to GPT-2's alphabet before the model sees them.
   bool byte_level() const { return byte_level_; }
 
@@ -71,7 +85,12 @@ class PreTokenizer {
     std::unique_ptr<Regex> regex;  // null for literal patterns and ByteLevel without regex
   };
   PreTokenizer() = default;
-  void SplitPiece(std::string_view piece, const CompiledStep& step, Scratch* scratch) const;
+  // Applies steps [first, end) to *pieces.
+  void ApplySteps(size_t first, Scratch* scratch, std::vector<std::string_view>* pieces) const;
+  // Appends the pieces `step` cuts `piece` into to scratch->next; `matches` (when given) are the
+  // step's regex matches in `piece`, already found.
+  void SplitPiece(std::string_view piece, const CompiledStep& step, Scratch* scratch,
+                  const std::vector<Regex::Match>* matches = nullptr) const;
 
   std::vector<CompiledStep> steps_;
   bool byte_level_ = false;

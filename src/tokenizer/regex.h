@@ -12,6 +12,10 @@
 
 #include "base/status.h"
 
+namespace dinfer {
+class ThreadPool;
+}
+
 namespace dinfer::tokenizer {
 
 // Rewrites an Oniguruma (Ruby syntax) pattern into the PCRE2 pattern that matches the same text.
@@ -31,6 +35,8 @@ class Regex {
 
   // Leftmost-first, non-overlapping matches of the whole subject, in order; replaces *out.
   void FindAll(std::string_view subject, std::vector<Match>* out) const;
+  // The same matches, searched for on `pool` (for long subjects; shorter ones take FindAll).
+  void FindAllParallel(std::string_view subject, ThreadPool& pool, std::vector<Match>* out) const;
 
   const std::string& pattern() const { return pattern_; }
 

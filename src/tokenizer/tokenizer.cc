@@ -63,16 +63,12 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(TokenizerDefinition def) {
   return tok;
 }
 
-template <typename OnId, typename OnPiece>
-void Tokenizer::ForEachPiece(std::string_view text, AddedTokens added, Scratch* scratch,
-                             OnId&& on_id, OnPiece&& on_piece) const {
-  auto pre_tokenize = [&](std::string_view s) {
-    pre_tokenizer_->Split(s, &scratch->pre, &scratch->pieces);
-    for (std::string_view piece : scratch->pieces) on_piece(piece);
-  };
+template <typename OnId, typename OnText>
+void Tokenizer::ForEachText(std::string_view text, AddedTokens added, Scratch* scratch,
+                            OnId&& on_id, OnText&& on_text) const {
   if (added == AddedTokens::kNone) {
     if (nfc_ && NormalizeNfc(text, &scratch->normalized)) text = scratch->normalized;
-    pre_tokenize(text);
+    on_text(text);
     return;
   }
   const bool parse_special = added == AddedTokens::kAll;
@@ -87,7 +83,7 @@ void Tokenizer::ForEachPiece(std::string_view text, AddedTokens added, Scratch* 
     std::string_view segment = text.substr(seg.begin, seg.end - seg.begin);
     if (nfc_ && NormalizeNfc(segment, &scratch->normalized)) segment = scratch->normalized;
     if (!added_->HasTokens(/*normalized_pass=*/true)) {
-      pre_tokenize(segment);
+      on_text(segment);
       continue;
     }
     added_->Split(segment, /*normalized_pass=*/true, parse_special, &scratch->normalized_segments);
@@ -95,10 +91,19 @@ void Tokenizer::ForEachPiece(std::string_view text, AddedTokens added, Scratch* 
       if (n.id >= 0) {
         on_id(n.id);
       } else {
-        pre_tokenize(segment.substr(n.begin, n.end - n.begin));
+        on_text(segment.substr(n.begin, n.end - n.begin));
       }
     }
   }
+}
+
+template <typename OnId, typename OnPiece>
+void Tokenizer::ForEachPiece(std::string_view text, AddedTokens added, Scratch* scratch,
+                             OnId&& on_id, OnPiece&& on_piece) const {
+  ForEachText(text, added, scratch, on_id, [&](std::string_view s) {
+    pre_tokenizer_->Split(s, &scratch->pre, &scratch->pieces);
+    for (std::string_view piece : scratch->pieces) on_piece(piece);
+  });
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special) const {
@@ -179,20 +184,29 @@ std::vector<int32_t> Tokenizer::EncodeSegments(std::span<const PromptSegment> se
   return ids;
 }
 
-// Two parallel loops. First, every plain run is walked (normalization, pre-tokenization) on its
-// own thread, largest first; short runs are BPE-encoded right there, long
-// ones keep their pieces, cut into chunks of about kChunkBytes. Second, the chunks are
-// BPE-encoded concurrently. Each step calls exactly what Encode calls on the same text, so the ids
-// are Encode's.
+// Parallel loops, each calling what Encode calls on the same text, so the ids are Encode's.
+// First, every plain run is walked (normalization, pre-tokenization) on its own
+// thread, largest first; short runs are BPE-encoded right there, long ones keep their pieces.
+// Texts too long for one thread to pre-tokenize are left for PreTokenizer::SplitParallel. Last,
+// the long runs' pieces, cut into chunks of about kChunkBytes, are BPE-encoded concurrently.
 std::vector<int32_t> Tokenizer::EncodeParts(const std::vector<PromptPart>& parts,
                                             ThreadPool& pool) const {
-  constexpr size_t kChunkBytes = 16 << 10;  // a task of roughly a millisecond
+  constexpr size_t kChunkBytes = 16 << 10;           // a task of roughly a millisecond
+  constexpr size_t kParallelSplitBytes = 256 << 10;  // pre-tokenized on the pool
+  struct Item {
+    int32_t id = -1;         // an added token, or
+    std::string_view piece;  // a piece, or
+    int32_t deferred = -1;   // the pieces of RunWork::deferred[deferred]
+  };
+  struct Deferred {
+    std::string_view text;
+    std::vector<std::string_view> pieces;
+  };
   struct RunWork {
     std::vector<int32_t> ids;  // a short run's encoding
-    // A long run: its added tokens (id >= 0) and pieces, in order, and where each chunk starts.
-    std::vector<std::pair<int32_t, std::string_view>> items;
-    std::vector<size_t> chunk_starts;
-    std::deque<std::string> copies;  // pieces that viewed a thread's scratch buffers
+    std::vector<Item> items;   // a long run's added tokens and pieces, in order
+    std::vector<Deferred> deferred;
+    std::deque<std::string> copies;  // texts and pieces that viewed a thread's scratch buffers
   };
   std::vector<size_t> runs;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -213,46 +227,68 @@ std::vector<int32_t> Tokenizer::EncodeParts(const std::vector<PromptPart>& parts
           [&](std::string_view piece) { model_->Encode(piece, &w.ids); });
       return;
     }
-    const char* begin = text.data();
-    const char* end = begin + text.size();
-    size_t chunk_bytes = 0;
-    w.chunk_starts.push_back(0);
-    ForEachPiece(
+    auto stable = [&, begin = text.data(), end = text.data() + text.size()](std::string_view v) {
+      return v.data() < begin || v.data() + v.size() > end
+                 ? std::string_view(w.copies.emplace_back(v))
+                 : v;
+    };
+    ForEachText(
         text, AddedTokens::kNone, s,
-        [&](int32_t id) { w.items.emplace_back(id, std::string_view()); },
-        [&](std::string_view piece) {
-          if (piece.data() < begin || piece.data() + piece.size() > end) {
-            piece = w.copies.emplace_back(piece);
+        [&](int32_t id) {
+          w.items.push_back({id, {}, -1});
+        },
+        [&](std::string_view t) {
+          if (t.size() >= kParallelSplitBytes) {
+            w.items.push_back({-1, {}, static_cast<int32_t>(w.deferred.size())});
+            w.deferred.push_back({stable(t), {}});
+            return;
           }
-          w.items.emplace_back(-1, piece);
-          chunk_bytes += piece.size();
-          if (chunk_bytes >= kChunkBytes) {
-            w.chunk_starts.push_back(w.items.size());
-            chunk_bytes = 0;
-          }
+          pre_tokenizer_->Split(t, &s->pre, &s->pieces);
+          for (std::string_view piece : s->pieces) w.items.push_back({-1, stable(piece), -1});
         });
   });
 
+  std::vector<PreTokenizer::Scratch> pre_scratch(static_cast<size_t>(pool.num_threads()));
+  for (RunWork& w : work) {
+    for (Deferred& d : w.deferred) {
+      pre_tokenizer_->SplitParallel(d.text, pool, pre_scratch, &d.pieces, &w.copies);
+    }
+  }
+
+  // The long runs' tokens and pieces in order, cut into chunks.
   struct Chunk {
-    size_t part, begin, end;
+    size_t part;
+    std::vector<std::pair<int32_t, std::string_view>> items;  // an added token, or a piece
     std::vector<int32_t> ids;
   };
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < parts.size(); ++i) {
-    const RunWork& w = work[i];
-    for (size_t c = 0; c < w.chunk_starts.size(); ++c) {
-      const size_t end = c + 1 < w.chunk_starts.size() ? w.chunk_starts[c + 1] : w.items.size();
-      if (w.chunk_starts[c] < end) chunks.push_back({i, w.chunk_starts[c], end, {}});
+    size_t bytes = kChunkBytes;  // starts a chunk at the first item
+    auto add = [&](int32_t id, std::string_view piece) {
+      if (bytes >= kChunkBytes) {
+        chunks.push_back({i, {}, {}});
+        bytes = 0;
+      }
+      chunks.back().items.emplace_back(id, piece);
+      bytes += piece.size();
+    };
+    for (const Item& item : work[i].items) {
+      if (item.deferred < 0) {
+        add(item.id, item.piece);
+        continue;
+      }
+      for (std::string_view piece : work[i].deferred[static_cast<size_t>(item.deferred)].pieces) {
+        add(-1, piece);
+      }
     }
   }
   pool.ParallelFor(static_cast<int64_t>(chunks.size()), [&](int, int64_t c) {
     Chunk& chunk = chunks[static_cast<size_t>(c)];
-    const auto& items = work[chunk.part].items;
-    for (size_t k = chunk.begin; k < chunk.end; ++k) {
-      if (items[k].first >= 0) {
-        chunk.ids.push_back(items[k].first);
+    for (const auto& [id, piece] : chunk.items) {
+      if (id >= 0) {
+        chunk.ids.push_back(id);
       } else {
-        model_->Encode(items[k].second, &chunk.ids);
+        model_->Encode(piece, &chunk.ids);
       }
     }
   });

@@ -81,9 +81,9 @@ class Tokenizer {
   // text between added tokens is encoded as one run, so the ids equal Encode(concatenation)
   // whenever untrusted text holds no added token's text.
   // With a pool, large prompts are encoded in parallel with the same result: the runs between
-  // added tokens are pre-tokenized concurrently, and the pieces of long runs are cut into
-  // chunks whose BPE runs concurrently. Calls sharing a pool take turns (ThreadPool runs one loop
-  // at a time).
+  // added tokens are pre-tokenized concurrently (a very long one by PreTokenizer::SplitParallel),
+  // and the pieces of long runs are cut into chunks whose BPE runs concurrently. Calls sharing a
+  // pool take turns (ThreadPool runs one loop at a time).
   std::vector<int32_t> EncodeSegments(std::span<const PromptSegment> segments,
                                       ThreadPool* pool = nullptr) const;
   // Unknown ids are skipped; ill-formed UTF-8 in the joined bytes becomes U+FFFD.
@@ -105,11 +105,16 @@ class Tokenizer {
  private:
   struct Scratch;
   Tokenizer() = default;
-  // Walks `text` as Encode does: on_id(id) for each added token matched, on_piece(piece) for each
-  // pre-token BPE must encode, in order. Pieces may view scratch buffers, valid during the call.
   // Which added tokens a walk matches: all, the non-special ones (special-token text is plain),
   // or none (the text is normalized and pre-tokenized as a whole).
   enum class AddedTokens { kAll, kNonSpecial, kNone };
+  // Walks `text` as Encode does: on_id(id) for each added token matched, on_text(text) for each
+  // normalized text between them that is to be pre-tokenized, in order. Texts may view scratch
+  // buffers, valid during the call.
+  template <typename OnId, typename OnText>
+  void ForEachText(std::string_view text, AddedTokens added, Scratch* scratch, OnId&& on_id,
+                   OnText&& on_text) const;
+  // The same walk down to the pieces BPE encodes: on_piece(piece) for each.
   template <typename OnId, typename OnPiece>
   void ForEachPiece(std::string_view text, AddedTokens added, Scratch* scratch, OnId&& on_id,
                     OnPiece&& on_piece) const;

@@ -14,7 +14,7 @@ namespace dinfer::tokenizer::jinja {
 Value GetAttr(const Value& obj, std::string_view name);
 // obj[key]: an item (negative indices count from the end), or a method when key names one.
 Value GetItem(const Value& obj, const Value& key);
-// obj[start:stop:step] of a string or list; undefined bounds are None.
+// obj[start:stop:step] of a string or list (bounds are ints or None); other objects fail.
 Value Slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
 // `item in container`.
 bool Contains(const Value& container, const Value& item);
@@ -29,11 +29,12 @@ Value GlobalFunction(std::string_view name);
 
 // Argument binding for builtins: positional `index` or keyword `name`, else `fallback`.
 const Value& Arg(const Args& args, size_t index, std::string_view name, const Value& fallback);
-// Python's str(v) for the builtins that coerce their input, as Jinja's soft_str does.
-Text StrOf(const Value& v);
 // Python's str.replace with provenance: `count` < 0 replaces all.
 Text Replace(const Text& s, const Text& old, const Text& replacement, int64_t count);
-// Python's str.split(sep, maxsplit); an empty `sep` splits on runs of whitespace.
+// Python's `format % args` (%s, %r, %d, %i, %f, %%). With `mapping_arg` (a lone list or dict
+// operand) leftover arguments are no error.
+Text PercentFormat(const Text& format, const std::vector<Value>& args, bool mapping_arg);
+// Python's str.split(sep, maxsplit); a null `sep` splits on runs of whitespace.
 std::vector<Value> Split(const Text& s, const Text* sep, int64_t maxsplit, bool from_right);
 
 }  // namespace dinfer::tokenizer::jinja

@@ -95,32 +95,32 @@ Value Last(const Value& v, const Args&) {
 Value Join(const Value& v, const Args& args) {
   const Value sep = Arg(args, 0, "d", Value::String(Text()));
   const Value& attribute = Arg(args, 1, "attribute", kNone);
-  const Text sep_text = StrOf(sep);
+  const Text sep_text = ToText(sep);
   Text out;
   const std::vector<Value> items = Iterate(v);
   for (size_t i = 0; i < items.size(); ++i) {
     if (i > 0) out.Append(sep_text);
-    out.Append(StrOf(attribute.is_none() ? items[i]
-                                         : AttrPath(items[i], NameArg(attribute, "attribute"))));
+    out.Append(ToText(attribute.is_none() ? items[i]
+                                          : AttrPath(items[i], NameArg(attribute, "attribute"))));
   }
   return Value::String(std::move(out));
 }
 
 Value Upper(const Value& v, const Args&) {
-  return Value::String(StrOf(v).MapCodePoints([](char32_t c, char32_t) { return ToUpper(c); }));
+  return Value::String(ToText(v).MapCodePoints([](char32_t c, char32_t) { return ToUpper(c); }));
 }
 
 Value Lower(const Value& v, const Args&) {
-  return Value::String(StrOf(v).MapCodePoints([](char32_t c, char32_t) { return ToLower(c); }));
+  return Value::String(ToText(v).MapCodePoints([](char32_t c, char32_t) { return ToLower(c); }));
 }
 
 Value Capitalize(const Value& v, const Args& args) {
-  return GetAttr(Value::String(StrOf(v)), "capitalize").callable().fn(args);
+  return GetAttr(Value::String(ToText(v)), "capitalize").callable().fn(args);
 }
 
 // Jinja's title: words begin after '-', whitespace, or an opening bracket.
 Value Title(const Value& v, const Args&) {
-  return Value::String(StrOf(v).MapCodePoints([](char32_t c, char32_t previous) {
+  return Value::String(ToText(v).MapCodePoints([](char32_t c, char32_t previous) {
     const bool word_start = previous == 0 || previous == '-' || previous == '(' ||
                             previous == '{' || previous == '[' || previous == '<' ||
                             IsPySpace(previous);
@@ -132,17 +132,17 @@ Value Trim(const Value& v, const Args& args) {
   const Value& chars = Arg(args, 0, "chars", kNone);
   Args strip_args;
   strip_args.positional.push_back(chars);
-  return GetAttr(Value::String(StrOf(v)), "strip").callable().fn(strip_args);
+  return GetAttr(Value::String(ToText(v)), "strip").callable().fn(strip_args);
 }
 
 Value ReplaceFilter(const Value& v, const Args& args) {
   const Value& count = Arg(args, 2, "count", kNone);
-  return Value::String(Replace(StrOf(v), StrOf(Arg(args, 0, "old", kUndefined)),
-                               StrOf(Arg(args, 1, "new", kUndefined)),
+  return Value::String(Replace(ToText(v), ToText(Arg(args, 0, "old", kUndefined)),
+                               ToText(Arg(args, 1, "new", kUndefined)),
                                count.is_none() ? -1 : count.int_value()));
 }
 
-Value String(const Value& v, const Args&) { return Value::String(StrOf(v)); }
+Value String(const Value& v, const Args&) { return Value::String(ToText(v)); }
 
 bool ParseInt(std::string s, int64_t* out) {
   s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
@@ -171,6 +171,7 @@ bool ParseFloat(std::string s, double* out) {
 }
 
 Value Int(const Value& v, const Args& args) {
+  if (v.is_undefined()) Fail("'{}' is undefined", v.undefined_name());  // int(Undefined) raises
   const Value fallback = Arg(args, 0, "default", Value::Int(0));
   if (v.kind() == Value::Kind::kInt || v.kind() == Value::Kind::kBool) {
     return Value::Int(v.int_value());
@@ -191,6 +192,7 @@ Value Int(const Value& v, const Args& args) {
 }
 
 Value Float(const Value& v, const Args& args) {
+  if (v.is_undefined()) Fail("'{}' is undefined", v.undefined_name());  // float(Undefined) raises
   if (v.is_number()) return Value::Float(v.float_value());
   double f = 0.0;
   if (v.is_string() && ParseFloat(v.text().str(), &f)) return Value::Float(f);
@@ -412,11 +414,19 @@ Value Indent(const Value& v, const Args& args) {
   const Value width = Arg(args, 0, "width", Value::Int(4));
   const bool first = Truthy(Arg(args, 1, "first", kFalse));
   const bool blank = Truthy(Arg(args, 2, "blank", kFalse));
-  const Text indention = width.is_string()
-                             ? width.text()
-                             : Text(std::string(static_cast<size_t>(width.int_value()), ' '), true);
-  Text s = StrOf(v);
-  s.Append("\n", true);  // Jinja appends a newline so that splitlines keeps a trailing empty line
+  // " " * width, which is empty for a negative width.
+  const Text indention =
+      width.is_string()
+          ? width.text()
+          : Text(std::string(static_cast<size_t>(std::max<int64_t>(0, width.int_value())), ' '),
+                 true);
+  // Jinja appends a newline with +=, which only strings survive.
+  if (!v.is_string()) {
+    if (v.is_undefined()) Fail("'{}' is undefined", v.undefined_name());
+    Fail("unsupported operand type(s) for +=: '{}' and 'str'", TypeName(v));
+  }
+  Text s = v.text();
+  s.Append("\n", true);  // so that splitlines keeps a trailing empty line
   const std::vector<Value> lines =
       GetAttr(Value::String(s), "splitlines").callable().fn(Args()).list().items;
   Text out;
@@ -437,7 +447,7 @@ Value Indent(const Value& v, const Args& args) {
 }
 
 Value WordCount(const Value& v, const Args&) {
-  const std::string s = StrOf(v).str();
+  const std::string s = ToText(v).str();
   int64_t words = 0;
   bool in_word = false;
   for (size_t pos = 0; pos < s.size();) {
@@ -453,7 +463,7 @@ Value WordCount(const Value& v, const Args&) {
 }
 
 Value Escape(const Value& v, const Args&) {
-  Text s = StrOf(v);
+  Text s = ToText(v);
   const std::pair<const char*, const char*> kEntities[] = {
       {"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&#34;"}, {"'", "&#39;"}};
   for (const auto& [from, to] : kEntities) {
@@ -467,12 +477,12 @@ Value Safe(const Value& v, const Args&) { return v; }
 Value Center(const Value& v, const Args& args) {
   Args a;
   a.positional.push_back(Arg(args, 0, "width", Value::Int(80)));
-  return GetAttr(Value::String(StrOf(v)), "center").callable().fn(a);
+  return GetAttr(Value::String(ToText(v)), "center").callable().fn(a);
 }
 
-// printf-style `value % args` (the format filter): %s, %r, %d, %i, %f, %%.
-Value FormatFilter(const Value& v, const Args& args) {
-  const Text f = StrOf(v);
+}  // namespace
+
+Text PercentFormat(const Text& f, const std::vector<Value>& args, bool mapping_arg) {
   const std::string& s = f.str();
   Text out;
   size_t next = 0, literal = 0;
@@ -486,10 +496,10 @@ Value FormatFilter(const Value& v, const Args& args) {
       out.Append("%", f.AllTrusted());
       continue;
     }
-    if (next >= args.positional.size()) Fail("not enough arguments for format string");
-    const Value& a = args.positional[next++];
+    if (next >= args.size()) Fail("not enough arguments for format string");
+    const Value& a = args[next++];
     if (conv == 's') {
-      out.Append(StrOf(a));
+      out.Append(ToText(a));
     } else if (conv == 'r') {
       out.Append(Repr(a));
     } else if (conv == 'd' || conv == 'i') {
@@ -506,7 +516,17 @@ Value FormatFilter(const Value& v, const Args& args) {
     }
   }
   out.Append(f.Slice(literal, s.size()));
-  return Value::String(std::move(out));
+  if (next < args.size() && !mapping_arg) {
+    Fail("not all arguments converted during string formatting");
+  }
+  return out;
+}
+
+namespace {
+
+// Jinja's format filter: soft_str(value) % args.
+Value FormatFilter(const Value& v, const Args& args) {
+  return Value::String(PercentFormat(ToText(v), args.positional, /*mapping_arg=*/false));
 }
 
 Value Attr(const Value& v, const Args& args) {
@@ -609,7 +629,10 @@ bool IsIterable(const Value& v, const Args&) {
   return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
 }
 bool IsSequence(const Value& v, const Args& a) { return IsIterable(v, a) && !v.is_generator(); }
-bool IsCallable(const Value& v, const Args&) { return v.kind() == Value::Kind::kCallable; }
+// Jinja's Undefined defines __call__ (to fail when called), so it passes callable().
+bool IsCallable(const Value& v, const Args&) {
+  return v.kind() == Value::Kind::kCallable || v.is_undefined();
+}
 bool IsSameAs(const Value& v, const Args& args) {
   const Value& other = TestArg(args);
   if (v.kind() != other.kind()) return false;
@@ -633,23 +656,27 @@ bool IsLt(const Value& v, const Args& args) { return Less(v, TestArg(args)); }
 bool IsLe(const Value& v, const Args& args) { return !Less(TestArg(args), v); }
 bool IsGt(const Value& v, const Args& args) { return Less(TestArg(args), v); }
 bool IsGe(const Value& v, const Args& args) { return !Less(v, TestArg(args)); }
-int64_t IntOf(const Value& v) {
-  if (v.kind() == Value::Kind::kFloat) return static_cast<int64_t>(v.float_value());
-  if (!v.is_number()) Fail("not all arguments converted during string formatting");
-  return v.int_value();
+// Python's value % divisor (what even, odd and divisibleby compute), as a double.
+double PyMod(const Value& v, const Value& divisor) {
+  if (v.is_undefined()) Fail("'{}' is undefined", v.undefined_name());
+  if (v.is_string()) Fail("not all arguments converted during string formatting");
+  if (!v.is_number() || !divisor.is_number()) {
+    Fail("unsupported operand type(s) for %: '{}' and '{}'", TypeName(v), TypeName(divisor));
+  }
+  const double d = divisor.float_value();
+  if (d == 0.0) Fail("integer division or modulo by zero");
+  double m = std::fmod(v.float_value(), d);
+  if (m != 0.0 && ((m < 0) != (d < 0))) m += d;
+  return m;
 }
-bool IsEven(const Value& v, const Args&) { return IntOf(v) % 2 == 0; }
-bool IsOdd(const Value& v, const Args&) { return IntOf(v) % 2 != 0; }
-bool IsDivisibleBy(const Value& v, const Args& args) {
-  const int64_t d = IntOf(TestArg(args));
-  if (d == 0) Fail("integer division or modulo by zero");
-  return IntOf(v) % d == 0;
-}
+bool IsEven(const Value& v, const Args&) { return PyMod(v, Value::Int(2)) == 0.0; }
+bool IsOdd(const Value& v, const Args&) { return PyMod(v, Value::Int(2)) == 1.0; }
+bool IsDivisibleBy(const Value& v, const Args& args) { return PyMod(v, TestArg(args)) == 0.0; }
 bool IsLower(const Value& v, const Args&) {
-  return Truthy(GetAttr(Value::String(StrOf(v)), "islower").callable().fn(Args()));
+  return Truthy(GetAttr(Value::String(ToText(v)), "islower").callable().fn(Args()));
 }
 bool IsUpper(const Value& v, const Args&) {
-  return Truthy(GetAttr(Value::String(StrOf(v)), "isupper").callable().fn(Args()));
+  return Truthy(GetAttr(Value::String(ToText(v)), "isupper").callable().fn(Args()));
 }
 bool IsFilter(const Value& v, const Args&) { return v.is_string() && HasFilter(v.text().str()); }
 bool IsTest(const Value& v, const Args&) { return v.is_string() && HasTest(v.text().str()); }

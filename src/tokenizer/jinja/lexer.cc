@@ -244,6 +244,7 @@ class Lexer {
       const size_t end = MatchTagEnd(p, /*block=*/true);
       if (end == std::string::npos) continue;
       EmitData(src_.substr(content, i - content), content, sign, true);
+      line_starting_ = src_[end - 1] == '\n';
       pos_ = end;
       return;
     }

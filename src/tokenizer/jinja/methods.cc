@@ -62,7 +62,7 @@ Text Format(const Text& fmt_text, const Args& args) {
       }
       if (v == nullptr) Fail("KeyError: '{}'", field);
     }
-    out.Append(StrOf(*v));
+    out.Append(ToText(*v));
     literal_begin = close + 1;
     i = close;
   }
@@ -372,8 +372,6 @@ const Value& Arg(const Args& args, size_t index, std::string_view name, const Va
   return fallback;
 }
 
-Text StrOf(const Value& v) { return ToText(v); }
-
 Text Replace(const Text& s, const Text& old, const Text& replacement, int64_t count) {
   const std::string& str = s.str();
   const std::string& o = old.str();
@@ -531,6 +529,8 @@ Value GetItem(const Value& obj, const Value& key) {
 }
 
 Value Slice(const Value& obj, const Value& start_v, const Value& stop_v, const Value& step_v) {
+  // Jinja slices with Python's own subscript (not its forgiving getitem): other objects fail.
+  if (obj.is_dict()) Fail("unhashable type: 'slice'");
   if ((!obj.is_list() && !obj.is_string()) || obj.is_generator()) {
     Fail("'{}' object is not subscriptable", TypeName(obj));
   }
@@ -570,6 +570,7 @@ bool Contains(const Value& container, const Value& item) {
       return std::any_of(container.list().items.begin(), container.list().items.end(),
                          [&](const Value& v) { return Equal(v, item); });
     case Value::Kind::kDict:
+      if (item.is_list() || item.is_dict()) Fail("unhashable type: '{}'", TypeName(item));
       return item.is_string() && container.dict().Find(item.text().str()) != nullptr;
     case Value::Kind::kUndefined:
       return false;

@@ -107,9 +107,10 @@ Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
     }
   }
   if (op == "%" && a.is_string()) {
-    Args args;
-    args.positional = b.is_list() && b.list().tuple ? b.list().items : std::vector<Value>{b};
-    return CallFilter("format", a, args);
+    if (b.is_list() && b.list().tuple)
+      return Value::String(PercentFormat(a.text(), b.list().items, false));
+    return Value::String(
+        PercentFormat(a.text(), {b}, (b.is_list() && !b.is_generator()) || b.is_dict()));
   }
   Fail("unsupported operand type(s) for {}: '{}' and '{}'", op, TypeName(a), TypeName(b));
 }
@@ -492,5 +493,37 @@ std::shared_ptr<const Template> Template::Parse(std::string_view source) {
 Text Template::Render(const std::vector<std::pair<std::string, Value>>& globals) const {
   return Evaluator(globals).Run(body_);
 }
+
+namespace {
+
+bool IsMember(const Expr& e, std::string_view name) {
+  if (e.kind == Expr::Kind::kGetAttr) return e.name == name;
+  if (e.kind != Expr::Kind::kGetItem) return false;
+  const Expr& key = *e.children[1];
+  return key.kind == Expr::Kind::kLiteral && key.literal.is_string() &&
+         key.literal.text().str() == name;
+}
+
+// The iterable of a for loop, or what a filter chain over it starts from (`x.content|list`).
+const Expr& LoopSource(const Expr& e) {
+  const Expr* s = &e;
+  while (s->kind == Expr::Kind::kFilter && s->children[0]) s = s->children[0].get();
+  return *s;
+}
+
+bool BodyLoopsOver(const Body& body, std::string_view name) {
+  for (const StmtPtr& s : body) {
+    if (s->kind == Stmt::Kind::kFor && IsMember(LoopSource(*s->expr), name)) return true;
+    if (BodyLoopsOver(s->body, name) || BodyLoopsOver(s->else_body, name)) return true;
+    for (const auto& [cond, b] : s->branches) {
+      if (BodyLoopsOver(b, name)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Template::LoopsOver(std::string_view name) const { return BodyLoopsOver(body_, name); }
 
 }  // namespace dinfer::tokenizer::jinja

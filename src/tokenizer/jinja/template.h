@@ -23,6 +23,11 @@ class Template {
   // visible unless a global shadows them. Throws TemplateError.
   Text Render(const std::vector<std::pair<std::string, Value>>& globals) const;
 
+  // Whether some for loop iterates over an attribute or item named `name` (`x.content`,
+  // `x['content']`): how servers tell templates that read content parts from those that read
+  // strings.
+  bool LoopsOver(std::string_view name) const;
+
  private:
   Body body_;
 };

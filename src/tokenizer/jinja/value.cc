@@ -370,6 +370,9 @@ void ReprInto(const Value& v, std::string* out, bool* trusted) {
       if (v.kind() == Value::Kind::kNamespace) *out += '>';
       return;
     }
+    case Value::Kind::kUndefined:
+      *out += "Undefined";
+      return;
     default:
       *out += ToText(v).str();
   }

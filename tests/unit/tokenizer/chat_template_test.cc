@@ -1,7 +1,8 @@
-// Chat templates against HF transformers: the Jinja language cases and every real template of
-// tests/data/chat_templates on every conversation, rendered exactly as apply_chat_template
-// renders them, and tokenized (EncodeSegments) to the ids apply_chat_template(tokenize=True)
-// gives. Fixtures: scripts/fixtures/make_chat_template_fixtures.py.
+// Chat templates against HF transformers: the Jinja language cases, seeded random programs, and
+// every real template of tests/data/chat_templates on every conversation, rendered exactly as
+// apply_chat_template renders them, and tokenized (EncodeSegments) to the ids
+// apply_chat_template(tokenize=True) gives. Fixtures:
+// scripts/fixtures/make_chat_template_fixtures.py.
 
 #include <ctime>
 #include <map>
@@ -121,6 +122,35 @@ TEST_F(ChatTemplateFixtures, JinjaLanguageMatchesJinja2) {
     passed += text == want;
   }
   std::printf("[   INFO   ] %d/%zu Jinja cases agree with jinja2\n", passed, rows.size());
+}
+
+TEST_F(ChatTemplateFixtures, RandomProgramsMatchJinja2) {
+  const json::object data = ReadJson(DataDir() + "/jinja_random.json");
+  for (const char* kind : {"expressions", "templates"}) {
+    const json::object& set = data.at(kind).as_object();
+    const json::array& cases = set.at("cases").as_array();
+    ASSERT_GT(cases.size(), 100u);
+    int agree = 0;
+    for (const json::value& c : cases) {
+      const std::string source(c.at("template").as_string());
+      const bool want_error = c.as_object().contains("error");
+      auto tmpl = ChatTemplate::Parse(source);
+      auto segments = tmpl.ok() ? tmpl->Render({}, Options(set.at("vars").as_object(), false))
+                                : StatusOr<std::vector<PromptSegment>>(tmpl.status());
+      if (want_error) {
+        EXPECT_FALSE(segments.ok()) << source << "\njinja2: " << c.at("error").as_string()
+                                    << "\nrendered: " << ChatTemplate::Join(*segments);
+        agree += !segments.ok();
+        continue;
+      }
+      ASSERT_TRUE(segments.ok()) << source << "\n" << segments.status().ToString();
+      const std::string text = ChatTemplate::Join(*segments);
+      const std::string want(c.at("text").as_string());
+      EXPECT_EQ(text, want) << source;
+      agree += text == want;
+    }
+    std::printf("[   INFO   ] %d/%zu random %s agree with jinja2\n", agree, cases.size(), kind);
+  }
 }
 
 TEST_F(ChatTemplateFixtures, RealTemplatesMatchTransformers) {

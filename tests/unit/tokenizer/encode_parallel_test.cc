@@ -71,6 +71,22 @@ TEST_P(EncodeParallelTest, SameIdsAsSequential) {
   EXPECT_EQ(tok_->EncodeSegments(single, &two), tok_->EncodeSegments(single));
 }
 
+TEST_P(EncodeParallelTest, HugeMessagesArePreTokenizedInParallel) {
+  // Messages long enough for PreTokenizer::SplitParallel, alone and among others.
+  std::string huge;
+  std::mt19937 rng(13);
+  while (huge.size() < 600000) {
+    huge += corpus_[rng() % corpus_.size()];
+    huge += rng() % 3 ? " " : (rng() % 2 ? "\n" : std::string(1 + rng() % 300, ' '));
+  }
+  ThreadPool three(3);
+  const std::vector<PromptSegment> alone = {{huge, false}};
+  EXPECT_EQ(tok_->EncodeSegments(alone, &three), tok_->Encode(huge, false));
+  std::vector<PromptSegment> chat = Prompt(corpus_, 4, false, 5);
+  chat.insert(chat.begin() + 4, {{huge, false}, {"<|im_end|>", true}});
+  EXPECT_EQ(tok_->EncodeSegments(chat, &three), tok_->EncodeSegments(chat));
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, EncodeParallelTest,
                          ::testing::Values("smollm2", "llama3", "qwen2", "deepseek_v3", "tekken",
                                            "gpt2_prefix", "splits"));

@@ -2,8 +2,13 @@
 
 #include "tokenizer/pre_tokenizer.h"
 
+#include <iterator>
+#include <random>
+#include <string>
+
 #include <gtest/gtest.h>
 
+#include "base/thread_pool.h"
 #include "tokenizer/regex.h"
 
 namespace dinfer::tokenizer {
@@ -145,6 +150,82 @@ TEST(RegexTest, IllFormedUtf8NeverMatchesNorBreaks) {
   EXPECT_EQ(m[0].begin, 0u);
   EXPECT_EQ(m[1].begin, 4u);
   EXPECT_EQ(m[1].end, 6u);
+}
+
+// A long subject mixing words, digits, punctuation, CJK, runs of spaces and newlines (where cuts
+// fall inside matches that lookaheads decide) and ill-formed bytes.
+std::string LongSubject(uint32_t seed) {
+  const char* parts[] = {
+      "Hello",   " world", "   ", "\n\n", "  \n  ", "123456", "don't", "\t", "日本語のテキスト",
+      "émoji 😀", "!!!",    "a",   "\xff", "  x",    "\r\n"};
+  std::mt19937 rng(seed);
+  std::string s;
+  while (s.size() < 400000) {
+    s += parts[rng() % std::size(parts)];
+    if (rng() % 50 == 0) s += std::string(1 + rng() % 3000, ' ');  // a long run of spaces
+  }
+  return s;
+}
+
+TEST(RegexTest, ParallelSearchFindsTheSameMatches) {
+  const std::string patterns[] = {
+      std::string(kGpt2Pattern),
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      R"(\p{N})",
+      R"(\s*)",     // empty matches everywhere
+      R"((?=\S))",  // only empty matches
+      R"(^\s*\S)",  // anchored at line starts
+      R"(\s{5,})",  // sparse matches
+  };
+  ThreadPool two(2), four(4);
+  for (const std::string& pattern : patterns) {
+    auto re = Regex::Compile(pattern);
+    ASSERT_TRUE(re.ok()) << re.status().ToString();
+    for (uint32_t seed : {1u, 2u}) {
+      const std::string subject = LongSubject(seed);
+      std::vector<Regex::Match> sequential, parallel;
+      (*re)->FindAll(subject, &sequential);
+      for (ThreadPool* pool : {&two, &four}) {
+        (*re)->FindAllParallel(subject, *pool, &parallel);
+        ASSERT_EQ(parallel.size(), sequential.size()) << pattern;
+        for (size_t i = 0; i < sequential.size(); ++i) {
+          ASSERT_TRUE(parallel[i].begin == sequential[i].begin &&
+                      parallel[i].end == sequential[i].end)
+              << pattern << " match " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(PreTokenizerTest, ParallelSplitGivesTheSamePieces) {
+  const std::string text = LongSubject(3);
+  PreTokenizerStep digits = PreTokenizerStep::Digits(false);
+  PreTokenizerStep inverted = Literal(" ", SplitBehavior::kMergedWithNext, true);
+  const std::vector<std::vector<PreTokenizerStep>> configs = {
+      {PreTokenizerStep::Digits(true), PreTokenizerStep::ByteLevel(false, true)},
+      {PreTokenizerStep::SplitRegex(R"(\s+(?!\S)|\s+|\p{L}+|\p{N}{1,3}|[^\s\p{L}\p{N}]+)"),
+       PreTokenizerStep::ByteLevel(false, false)},
+      {PreTokenizerStep::ByteLevel(true, true)},
+      {PreTokenizerStep::SplitRegex(R"(\p{P}+)", SplitBehavior::kMergedWithPrevious), digits},
+      {PreTokenizerStep::SplitRegex(R"(\s+)", SplitBehavior::kContiguous),
+       PreTokenizerStep::ByteLevel(true, true)},
+      {inverted, Literal("l", SplitBehavior::kRemoved, false)},
+      {Literal("\n", SplitBehavior::kIsolated, false)},
+  };
+  ThreadPool pool(3);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    auto pre = PreTokenizer::Create(configs[i]);
+    ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+    PreTokenizer::Scratch scratch;
+    std::vector<std::string_view> sequential, parallel;
+    (*pre)->Split(text, &scratch, &sequential);
+    const Pieces want(sequential.begin(), sequential.end());
+    std::vector<PreTokenizer::Scratch> scratches(3);
+    std::deque<std::string> copies;
+    (*pre)->SplitParallel(text, pool, scratches, &parallel, &copies);
+    EXPECT_EQ(Pieces(parallel.begin(), parallel.end()), want) << "config " << i;
+  }
 }
 
 }  // namespace
