@@ -46,6 +46,15 @@ output::OutputFormat OutputFormatFor(const ServingContext& ctx, const Generation
       f.tools = output::ToolCallFormat::kNone;
     }
   }
+  if (!req.structured_param.empty()) {
+    // A constrained output starts with its first token: no reasoning, no markup of the model's.
+    f.reasoning = output::ReasoningFormat::kNone;
+    f.starts_in_reasoning = false;
+    f.starts_in_tool_calls = false;
+    f.tools = output::ToolCallFormat::kNone;
+    // A forced call is written {"name": ..., "parameters": {...}} (ForceToolCall).
+    if (req.structured_param == "tool_choice") f.tools = output::ToolCallFormat::kLlama3Json;
+  }
   f.stop = req.stop;
   if (req.api == Api::kMessages) f.tool_call_id = [](int) { return NewId("toolu_"); };
   return f;
@@ -359,6 +368,12 @@ void StartGeneration(std::shared_ptr<const ServingContext> ctx, GenerationReques
                            "", ""});
     }
   }
+  if (req.continue_final_message && !req.structured_param.empty()) {
+    return fail(InvalidParam(req.structured_param,
+                             fmt::format("'{}' constrains the whole answer, so it cannot continue "
+                                         "a prefilled assistant message",
+                                         req.structured_param)));
+  }
   auto prompts = TokenizePrompts(*ctx, req);
   if (!prompts.ok()) return fail(prompts.error());
   const int64_t max_len = ctx->info.max_model_len;
@@ -404,7 +419,7 @@ void StartGeneration(std::shared_ptr<const ServingContext> ctx, GenerationReques
     auto stream = engine.Submit(spec);
     if (!stream.ok()) {
       for (const auto& s : streams) engine.Abort(s->id());
-      return fail(FromStatus(stream.status()));
+      return fail(FromStatus(stream.status(), req.structured_param));
     }
     streams.push_back(std::move(stream).value());
   }

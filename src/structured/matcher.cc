@@ -198,7 +198,8 @@ void Matcher::FillNextTokenBitmask(uint32_t* bitmask, int64_t remaining_tokens) 
     const int32_t id = tokens.single_byte_token(static_cast<uint8_t>(b));
     if (id < 0 || !TestBit(bitmask, id)) continue;
     pda_.Step(cur.cfg, static_cast<uint8_t>(b), &pool_, &next);
-    if (next.Dead() || Distance(next) + 1 > distance) continue;
+    // After this token, the completion one byte a token and a stop token still fit.
+    if (next.Dead() || Distance(next) + 2 > static_cast<uint64_t>(remaining_tokens)) continue;
     SetBit(scratch_.data(), id);
     any = true;
   }

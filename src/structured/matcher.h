@@ -32,9 +32,10 @@ class Matcher {
   void FillNextTokenBitmask(uint32_t* bitmask);
   // The same, for a request that may generate at most `remaining_tokens` more tokens (this one
   // included): once the budget comes within kFinishWindow tokens of the shortest completion,
-  // only single-byte tokens on a shortest completion (and a stop token where the text is
-  // complete) are allowed, so that the text ends complete instead of cut off. Where no such token
-  // exists the plain mask is kept.
+  // only single-byte tokens after which a completion still fits the budget (one byte a token,
+  // then a stop token) are allowed, and a stop token where the text is complete, so that the
+  // text ends complete instead of cut off; as the budget runs out, only the shortest completion
+  // is left. Where no such token exists the plain mask is kept.
   void FillNextTokenBitmask(uint32_t* bitmask, int64_t remaining_tokens);
   static constexpr int64_t kFinishWindow = 64;
   // Fewest bytes that complete the text from here (0 when it is complete).

@@ -409,6 +409,119 @@ def test_reasoning(tool_server):
     assert thinking == message.reasoning_content
 
 
+# --- structured outputs ------------------------------------------------------------------------
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 130},
+                                           "city": {"enum": ["Paris", "Rome", "Oslo"]}},
+          "required": ["name", "age", "city"], "additionalProperties": False}
+
+
+def is_person(text):
+    v = json.loads(text)
+    return (set(v) == {"name", "age", "city"} and isinstance(v["name"], str) and len(v["name"]) <= 12 and
+            isinstance(v["age"], int) and 0 <= v["age"] <= 130 and v["city"] in ("Paris", "Rome", "Oslo"))
+
+
+def test_response_format_json_schema_and_json_object(oai):
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    for temperature in (0, 1):
+        r = chat(oai, messages=[{"role": "user", "content": "Describe a person as JSON."}], max_tokens=80,
+                 response_format=fmt, temperature=temperature, seed=7)
+        assert r.choices[0].finish_reason == "stop" and is_person(r.choices[0].message.content)
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in chat(
+        oai, messages=[{"role": "user", "content": "Describe a person as JSON."}], max_tokens=80,
+        response_format=fmt, stream=True) if ch.choices)
+    assert is_person(streamed)
+    r = chat(oai, max_tokens=60, response_format={"type": "json_object"})
+    assert r.choices[0].finish_reason == "stop" and isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+def test_structured_outputs_extension(oai):
+    r = chat(oai, max_tokens=20, extra_body={"structured_outputs": {"regex": "[0-9]{3}-[a-z]{2}"}})
+    assert re.fullmatch("[0-9]{3}-[a-z]{2}", r.choices[0].message.content)
+    r = chat(oai, max_tokens=20, extra_body={"structured_outputs": {"choice": ["yes", "no", "maybe"]}})
+    assert r.choices[0].message.content in ("yes", "no", "maybe")
+    r = oai.completions.create(model="default", prompt="A person:", max_tokens=80, temperature=0,
+                               extra_body={"structured_outputs": {"json": PERSON, "disable_any_whitespace": True}})
+    text = r.choices[0].text
+    assert is_person(text) and not re.search(r"\s", re.sub(r'"(?:[^"\\]|\\.)*"', "", text))  # compact
+    r = chat(oai, max_tokens=30, extra_body={"structured_outputs": {"grammar": 'root ::= "x" [0-9]+ "y"'}})
+    assert re.fullmatch("x[0-9]+y", r.choices[0].message.content)
+
+
+def test_responses_and_messages_structured(oai, claude):
+    r = oai.responses.create(model="default", input="Describe a person as JSON.", temperature=0, max_output_tokens=80,
+                             text={"format": {"type": "json_schema", "name": "person", "schema": PERSON,
+                                              "strict": True}})
+    assert is_person(r.output_text)
+    m = claude.messages.create(model="default", max_tokens=80, messages=[{"role": "user", "content": "A person?"}],
+                               extra_body={**GREEDY, "output_config": {"format": {"type": "json_schema",
+                                                                                  "schema": PERSON}}})
+    assert m.stop_reason == "end_turn" and is_person(m.content[0].text)
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
+                                                    "unit": {"$ref": "#/$defs/unit"}},
+                   "required": ["city", "unit"], "$defs": {"unit": {"enum": ["celsius", "fahrenheit"]}}}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 8}},
+                                       "required": ["tz"], "additionalProperties": False}}}
+
+
+def test_forced_tool_calls(oai, claude):
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        r = chat(oai, messages=ask, max_tokens=150, tools=[WEATHER, TIME], tool_choice=choice)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and c.message.content is None
+        (call,) = c.message.tool_calls
+        args = json.loads(call.function.arguments)
+        if call.function.name == "get_weather":
+            assert {"city", "unit"} <= set(args) and args["unit"] in ("celsius", "fahrenheit")
+        else:
+            assert choice == "required" and call.function.name == "get_time" and set(args) == {"tz"}
+    chunks = list(chat(oai, messages=ask, max_tokens=150, tools=[WEATHER, TIME], stream=True,
+                       tool_choice={"type": "function", "function": {"name": "get_time"}}))
+    deltas = [tc for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or [])]
+    assert deltas[0].function.name == "get_time"
+    assert set(json.loads("".join(d.function.arguments or "" for d in deltas))) == {"tz"}
+    r = oai.responses.create(model="default", input="Time in Oslo?", temperature=0, max_output_tokens=150,
+                             tools=[{"type": "function", **TIME["function"], "strict": True}],
+                             tool_choice={"type": "function", "name": "get_time"})
+    (call,) = [item for item in r.output if item.type == "function_call"]
+    assert call.name == "get_time" and set(json.loads(call.arguments)) == {"tz"}
+    m = claude.messages.create(model="default", max_tokens=150, extra_body=GREEDY, messages=ask,
+                               tools=[{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}],
+                               tool_choice={"type": "any"})
+    (use,) = [b for b in m.content if b.type == "tool_use"]
+    assert m.stop_reason == "tool_use" and use.name == "get_weather" and {"city", "unit"} <= set(use.input)
+
+
+def test_structured_errors(oai, claude):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(oai, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "array", "uniqueItems": True}}})
+    assert e.value.body["param"] == "response_format.json_schema" and "uniqueItems" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(oai, response_format={"type": "json_object"}, extra_body={"structured_outputs": {"regex": "a"}})
+    assert "both constrain" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(oai, extra_body={"structured_outputs": {"regex": "a", "choice": ["b"]}})
+    assert e.value.body["param"] == "structured_outputs"
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(oai, extra_body={"structured_outputs": {"regex": "a(?=b)"}})
+    assert "lookahead" in e.value.body["message"]
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.create(model="default", max_tokens=8, messages=[
+            {"role": "user", "content": "x"}, {"role": "assistant", "content": "{"}],
+            extra_body={"output_config": {"format": {"type": "json_schema", "schema": PERSON}}})
+    assert "prefilled" in e.value.body["error"]["message"]
+    assert chat(oai).choices[0].message.content  # the server keeps serving
+
+
 # --- errors ------------------------------------------------------------------------------------
 
 def test_authentication(server):
@@ -437,22 +550,16 @@ def test_unknown_model(oai, claude):
     (dict(n=0), "n"),
     (dict(messages=[]), "messages"),
     (dict(messages=[{"role": "wizard", "content": "x"}]), "messages[0].role"),
-    (dict(response_format={"type": "json_object"}), "response_format"),
-    (dict(tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="required"), "tool_choice"),
+    (dict(response_format={"type": "yaml"}), "response_format"),
+    (dict(response_format={"type": "json_schema", "json_schema": {"name": "x"}}), "response_format.json_schema"),
+    (dict(tools=[{"type": "function", "function": {"name": "f"}}], tool_choice={"type": "function", "function": {"name": "g"}}),
+     "tool_choice"),
     (dict(logit_bias={"abc": 1}), "logit_bias"),
 ])
 def test_bad_chat_parameters(oai, kw, param):
     with pytest.raises(openai.BadRequestError) as e:
         chat(oai, **kw)
     assert e.value.body["param"] == param and e.value.body["type"] == "invalid_request_error"
-
-
-def test_json_modes_are_refused_clearly(oai):
-    with pytest.raises(openai.BadRequestError) as e:
-        chat(oai, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})
-    assert "not supported yet" in e.value.body["message"]
-    with pytest.raises(openai.BadRequestError):
-        oai.responses.create(model="default", input="x", text={"format": {"type": "json_object"}})
 
 
 def test_bad_messages_parameters(claude):

@@ -231,9 +231,14 @@ ApiResult<GenerationRequest> Parse(const json::object& body, bool count_only) {
   if (const json::object* config = r.Object("output_config")) {
     FieldReader cr(*config, "output_config.");
     if (auto effort = cr.String("effort")) req.template_kwargs["reasoning_effort"] = *effort;
-    if (cr.Get("format") != nullptr) {
-      cr.Fail("format",
-              "'output_config.format' is not supported yet: this server has no structured outputs");
+    // {"type": "json_schema", "schema": {...}}: the text is an instance of the schema.
+    if (const json::object* format = cr.Object("format")) {
+      const json::value* type = format->if_contains("type");
+      if (type == nullptr || !type->is_string() || type->get_string() != "json_schema") {
+        cr.Fail("format", "'output_config.format.type' must be json_schema");
+      } else {
+        ReadJsonSchemaFormat(r, "output_config.format", *format, req);
+      }
     }
     if (!cr.ok()) r.Fail(cr.error().param, cr.error().message);
   }

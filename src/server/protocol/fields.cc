@@ -215,6 +215,7 @@ void ReadSamplingFields(FieldReader& r, GenerationRequest& req) {
       s.stop_token_ids.push_back(static_cast<int32_t>(id.get_int64()));
     }
   }
+  ReadStructuredOutputs(r, req);
 }
 
 ApiResult<json::object> ParseBody(std::string_view body) {

@@ -49,6 +49,22 @@ std::string_view TypeName(const boost::json::value& v);
 // logit_bias, stop token ids and the engine's extensions (ignore_eos, min_tokens, ...).
 void ReadSamplingFields(FieldReader& r, GenerationRequest& req);
 
+// Structured outputs (structured_fields.cc). Each sets req.sampling.structured and
+// req.structured_param, and fails when another field constrained the output already.
+// A {"schema": {...}} format object (OpenAI's response_format.json_schema, Responses' text.format,
+// Anthropic's output_config.format), named `param` in errors.
+bool ReadJsonSchemaFormat(FieldReader& r, std::string_view param, const boost::json::object& format,
+                          GenerationRequest& req);
+// {"type": "json_object"}: any JSON object.
+bool ReadJsonObjectFormat(FieldReader& r, std::string_view param, GenerationRequest& req);
+// vLLM's structured_outputs ({json | regex | grammar | choice | json_object,
+// disable_any_whitespace}) and guided_json / guided_regex / guided_grammar / guided_choice.
+void ReadStructuredOutputs(FieldReader& r, GenerationRequest& req);
+// tool_choice "required" or named: the output is one call, {"name": ..., "parameters": {...}},
+// its name one of the tools (the named one) and its parameters following that tool's schema.
+// Call after tools and tool_choice are read.
+bool ForceToolCall(FieldReader& r, GenerationRequest& req);
+
 // `stop` as a string or a list of strings (at most `max_count`, none empty).
 void ReadStopStrings(FieldReader& r, std::string_view key, size_t max_count,
                      std::vector<std::string>& out);

@@ -85,19 +85,32 @@ bool ReadMessages(FieldReader& r, GenerationRequest& req) {
   return true;
 }
 
-// Unset, {"type": "text"}: plain text. JSON modes need structured outputs, which the engine
-// does not have yet: they fail instead of being ignored.
-void ReadResponseFormat(FieldReader& r) {
+// Unset, {"type": "text"}: plain text; {"type": "json_object"}: any JSON object;
+// {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}: an instance of the schema.
+void ReadResponseFormat(FieldReader& r, GenerationRequest& req) {
   const json::object* format = r.Object("response_format");
   if (format == nullptr) return;
   const json::value* type = format->if_contains("type");
   if (type == nullptr || !type->is_string()) {
     r.Fail("response_format", "'response_format.type' must be a string");
-  } else if (type->get_string() != "text") {
+    return;
+  }
+  const std::string_view t = type->get_string();
+  if (t == "text") return;
+  if (t == "json_object") {
+    ReadJsonObjectFormat(r, "response_format", req);
+  } else if (t == "json_schema") {
+    const json::value* spec = format->if_contains("json_schema");
+    if (spec == nullptr || !spec->is_object()) {
+      r.Fail("response_format.json_schema",
+             "'response_format.json_schema' must be an object with a 'schema'");
+      return;
+    }
+    ReadJsonSchemaFormat(r, "response_format.json_schema", spec->get_object(), req);
+  } else {
     r.Fail("response_format",
-           fmt::format("response_format type '{}' is not supported yet: this server has no "
-                       "structured outputs",
-                       std::string_view(type->get_string())));
+           fmt::format("'response_format.type' must be text, json_object or json_schema, got '{}'",
+                       t));
   }
 }
 
@@ -360,12 +373,7 @@ void ReadChatTools(FieldReader& r, GenerationRequest& req) {
       return;
     }
   }
-  if (req.tool_choice.mode != ToolChoice::Mode::kAuto &&
-      req.tool_choice.mode != ToolChoice::Mode::kNone) {
-    // Forcing a call needs constrained decoding, which the engine does not have yet.
-    r.Fail("tool_choice",
-           "'tool_choice' \"required\" and named functions are not supported yet; use \"auto\"");
-  }
+  ForceToolCall(r, req);
 }
 
 ApiResult<GenerationRequest> ParseChatCompletion(const json::object& body) {
@@ -377,7 +385,7 @@ ApiResult<GenerationRequest> ParseChatCompletion(const json::object& body) {
   ReadMessages(r, req);
   ReadSamplingFields(r, req);
   ReadChatTools(r, req);
-  ReadResponseFormat(r);
+  ReadResponseFormat(r, req);
   ReadStopStrings(r, "stop", kMaxStopStrings, req.stop);
   const auto max_tokens = r.Int("max_tokens", 1, INT32_MAX);
   const auto max_completion_tokens = r.Int("max_completion_tokens", 1, INT32_MAX);

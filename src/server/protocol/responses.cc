@@ -395,16 +395,23 @@ ApiResult<GenerationRequest> ParseResponsesRequest(const json::object& body) {
     if (auto effort = rr.String("effort")) req.template_kwargs["reasoning_effort"] = *effort;
     if (!rr.ok()) r.Fail(rr.error().param, rr.error().message);
   }
+  // text.format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "name",
+  // "schema", "strict"}.
   if (const json::object* text = r.Object("text")) {
-    const json::value* format = text->if_contains("format");
-    const json::value* type = format != nullptr && format->is_object()
-                                  ? format->get_object().if_contains("type")
-                                  : nullptr;
-    if (type != nullptr && (!type->is_string() || type->get_string() != "text")) {
-      r.Fail("text.format",
-             "'text.format' other than text is not supported yet: this server has no structured "
-             "outputs");
+    FieldReader tr(*text, "text.");
+    if (const json::object* format = tr.Object("format")) {
+      const json::value* type = format->if_contains("type");
+      const std::string_view t =
+          type != nullptr && type->is_string() ? std::string_view(type->get_string()) : "";
+      if (t == "json_object") {
+        ReadJsonObjectFormat(r, "text.format", req);
+      } else if (t == "json_schema") {
+        ReadJsonSchemaFormat(r, "text.format", *format, req);
+      } else if (t != "text") {
+        tr.Fail("format", "'text.format.type' must be text, json_object or json_schema");
+      }
     }
+    if (!tr.ok()) r.Fail(tr.error().param, tr.error().message);
   }
   if (r.Get("previous_response_id") != nullptr) {
     r.Fail("previous_response_id",

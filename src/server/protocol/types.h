@@ -85,6 +85,9 @@ struct GenerationRequest {
   std::vector<PromptInput> prompts;
 
   SamplingParams sampling;  // max_tokens filled in once the prompt length is known
+  // The field that set sampling.structured ("response_format", "tool_choice", ...), named in
+  // errors about the constraint; empty when the output is free.
+  std::string structured_param;
   std::optional<int64_t> max_tokens;
   // Unset: the checkpoint's generation defaults.
   std::optional<double> temperature, top_p;

@@ -106,6 +106,18 @@ TEST(MessagesParse, Errors) {
   EXPECT_TRUE(count.ok());
 }
 
+TEST(MessagesParse, OutputFormatAndForcedToolUse) {
+  auto r = Messages(R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}],
+      "output_config":{"format":{"type":"json_schema","schema":{"type":"object"}}}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->sampling.structured.type, "json_schema");
+  EXPECT_EQ(r->structured_param, "output_config.format");
+  auto tool = Messages(R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}],
+      "tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"}})");
+  ASSERT_TRUE(tool.ok()) << tool.error().message;
+  EXPECT_EQ(tool->structured_param, "tool_choice");
+}
+
 TEST(MessagesEncoder, StreamsContentBlocks) {
   auto enc = MakeMessagesEncoder(ResponseMeta{"msg_1", 0, "m"});
   std::string out;
@@ -204,6 +216,17 @@ TEST(ResponsesParse, Errors) {
     ASSERT_FALSE(r.ok()) << body;
     EXPECT_EQ(r.error().param, param) << body << ": " << r.error().message;
   }
+}
+
+TEST(ResponsesParse, TextFormat) {
+  auto r = Responses(R"({"input":"x","text":{"format":{"type":"json_schema","name":"n",
+                        "schema":{"type":"array"},"strict":true}}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->sampling.structured.type, "json_schema");
+  EXPECT_EQ(r->structured_param, "text.format");
+  auto object = Responses(R"({"input":"x","text":{"format":{"type":"json_object"}}})");
+  ASSERT_TRUE(object.ok());
+  EXPECT_EQ(object->sampling.structured.type, "json_object");
 }
 
 TEST(ResponsesEncoder, StreamsItemsWithSequenceNumbers) {

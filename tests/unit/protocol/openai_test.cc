@@ -110,8 +110,18 @@ TEST(ChatCompletionParse, ErrorsNameTheParameter) {
       {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs"},
       {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":500}})", "logit_bias"},
       {R"({"messages":[{"role":"user","content":"x"}],"stream_options":{}})", "stream_options"},
-      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}})",
        "response_format"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})",
+       "response_format.json_schema"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},
+          "structured_outputs":{"regex":"a"}})",
+       "response_format"},
+      {R"({"messages":[{"role":"user","content":"x"}],"structured_outputs":{"regex":"a",
+          "choice":["b"]}})",
+       "structured_outputs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"structured_outputs":{"choice":[1]}})",
+       "structured_outputs.choice"},
       {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
        "tools[0].function.name"},
       {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"})", "tool_choice"},
@@ -141,8 +151,63 @@ TEST(ChatCompletionParse, ToolChoiceModes) {
   auto required = Chat(fmt::format(R"({{"messages":[{{"role":"user","content":"x"}}],{},
                                       "tool_choice":"required"}})",
                                    tools));
-  ASSERT_FALSE(required.ok());
-  EXPECT_NE(required.error().message.find("not supported yet"), std::string::npos);
+  ASSERT_TRUE(required.ok());
+  EXPECT_EQ(required->structured_param, "tool_choice");
+  EXPECT_EQ(required->sampling.structured.type, "json_schema");
+}
+
+// Forced calls become one JSON Schema: {"name": const, "parameters": the tool's schema} for each
+// tool allowed, with the tools' own references rebased to where their schema now sits.
+TEST(ChatCompletionParse, ForcedToolCallSchema) {
+  auto req = Chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[
+      {"type":"function","function":{"name":"f","parameters":{"type":"object",
+        "properties":{"u":{"$ref":"#/$defs/u"}},"$defs":{"u":{"enum":["a"]}}}}},
+      {"type":"function","function":{"name":"g"}}],
+      "tool_choice":{"type":"function","function":{"name":"f"}}})");
+  ASSERT_TRUE(req.ok()) << req.error().message;
+  const json::value schema = json::parse(req->sampling.structured.value);
+  const json::array& any = schema.at("anyOf").as_array();
+  ASSERT_EQ(any.size(), 1u);
+  const json::object& props = any[0].at("properties").as_object();
+  EXPECT_EQ(props.at("name").at("const"), "f");
+  EXPECT_EQ(props.at("parameters").at("properties").at("u").at("$ref"),
+            "#/anyOf/0/properties/parameters/$defs/u");
+  auto all = Chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[
+      {"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"g"}}],
+      "tool_choice":"required"})");
+  ASSERT_TRUE(all.ok());
+  const json::value both = json::parse(all->sampling.structured.value);
+  ASSERT_EQ(both.at("anyOf").as_array().size(), 2u);
+  EXPECT_EQ(both.at("anyOf").at(1).at("properties").at("parameters"),
+            json::parse(R"({"type":"object"})"));
+}
+
+TEST(ChatCompletionParse, StructuredOutputFields) {
+  auto schema = Chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":{
+      "type":"json_schema","json_schema":{"name":"p","schema":{"type":"integer"},"strict":true}}})");
+  ASSERT_TRUE(schema.ok());
+  EXPECT_EQ(schema->sampling.structured.type, "json_schema");
+  EXPECT_EQ(json::parse(schema->sampling.structured.value), json::parse(R"({"type":"integer"})"));
+  EXPECT_EQ(schema->structured_param, "response_format.json_schema");
+  auto object = Chat(R"({"messages":[{"role":"user","content":"x"}],
+                        "response_format":{"type":"json_object"}})");
+  ASSERT_TRUE(object.ok());
+  EXPECT_EQ(object->sampling.structured.type, "json_object");
+  auto text = Chat(R"({"messages":[{"role":"user","content":"x"}],
+                      "response_format":{"type":"text"}})");
+  ASSERT_TRUE(text.ok());
+  EXPECT_TRUE(text->sampling.structured.type.empty());
+  auto choice = Chat(R"({"messages":[{"role":"user","content":"x"}],
+      "structured_outputs":{"choice":["yes","no"],"disable_any_whitespace":true}})");
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->sampling.structured.type, "choice");
+  EXPECT_EQ(choice->sampling.structured.choices, (std::vector<std::string>{"yes", "no"}));
+  EXPECT_EQ(choice->sampling.structured.max_whitespace, 0);
+  auto guided = Chat(R"({"messages":[{"role":"user","content":"x"}],"guided_regex":"[a-z]+"})");
+  ASSERT_TRUE(guided.ok());
+  EXPECT_EQ(guided->sampling.structured.type, "regex");
+  EXPECT_EQ(guided->sampling.structured.value, "[a-z]+");
+  EXPECT_EQ(guided->structured_param, "guided_regex");
 }
 
 TEST(ChatEncoder, StreamsChunksThenUsageThenDone) {
