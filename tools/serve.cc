@@ -25,7 +25,12 @@ void AddServeFlags(CLI::App& cmd, ServeArgs& a) {
   cmd.add_option("--chat-template", o.chat_template_file,
                  "a Jinja chat template file to use instead of the checkpoint's");
   cmd.add_option("--max-waiting", o.max_waiting,
-                 "requests waiting for the engine before new ones get 503 (0 = no limit)")
+                 "requests waiting for the engine before new ones are refused (0 = no limit)")
+      ->capture_default_str();
+  cmd.add_option("--queue-full-status", o.queue_full_status,
+                 "HTTP status of requests refused because --max-waiting requests wait: 503 "
+                 "(overloaded) or 429 (rate limited)")
+      ->check(CLI::IsMember({503, 429}))
       ->capture_default_str();
   cmd.add_option("--max-request-mib", o.http.max_body_bytes,
                  "largest request body accepted, in MiB (larger ones get 413)")

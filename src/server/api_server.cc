@@ -145,6 +145,8 @@ class ApiServer {
     }
     ctx->metrics = &metrics_;
     ctx->max_waiting = o_.max_waiting;
+    ctx->queue_full =
+        o_.queue_full_status == 429 ? ErrorKind::kRateLimited : ErrorKind::kOverloaded;
     ctx->in_flight = std::make_shared<std::atomic<int64_t>>(0);
     ctx->active = std::make_shared<ActiveRequests>();
     log::Info("model '{}' loaded ({}, context {} tokens): serving", o_.served_model_name,

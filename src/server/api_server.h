@@ -20,6 +20,7 @@ struct ServerOptions {
   std::string served_model_name;   // empty: the model argument
   std::string chat_template_file;  // a Jinja chat template replacing the checkpoint's
   int64_t max_waiting = 1024;      // requests waiting for the engine before 503s (0: no limit)
+  int queue_full_status = 503;     // the HTTP status of those: 503 or 429
   double shutdown_timeout_s = 30.0;
 };
 

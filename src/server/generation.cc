@@ -308,7 +308,9 @@ void ReplyError(HttpExchange& exchange, Metrics& metrics, std::string_view endpo
                 const ApiError& error) {
   const unsigned status = HttpStatus(error.kind);
   HttpHeaders headers;
-  if (error.kind == ErrorKind::kOverloaded) headers.emplace_back("Retry-After", "1");
+  if (error.kind == ErrorKind::kOverloaded || error.kind == ErrorKind::kRateLimited) {
+    headers.emplace_back("Retry-After", "1");
+  }
   exchange.Reply(status, "application/json", ErrorBody(api, error), std::move(headers));
   metrics.RecordRequest(endpoint, status);
 }
@@ -361,7 +363,7 @@ void StartGeneration(std::shared_ptr<const ServingContext> ctx, GenerationReques
     const EngineStatsSnapshot stats = engine.Stats();
     const int64_t waiting = std::max(stats.waiting, ctx->in_flight->load() - stats.running);
     if (waiting >= ctx->max_waiting) {
-      return fail(ApiError{ErrorKind::kOverloaded,
+      return fail(ApiError{ctx->queue_full,
                            fmt::format("the server is at capacity ({} requests waiting); retry "
                                        "later",
                                        waiting),

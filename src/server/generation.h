@@ -41,7 +41,8 @@ struct ServingContext {
   std::shared_ptr<const ChatPromptRenderer> renderer;  // null: chat is not available, see below
   Status renderer_status;                              // why there is no renderer
   Metrics* metrics = nullptr;
-  int64_t max_waiting = 0;  // 0: no limit
+  int64_t max_waiting = 0;                        // 0: no limit
+  ErrorKind queue_full = ErrorKind::kOverloaded;  // what a request beyond max_waiting gets
   // Generation requests submitted and not finished.
   std::shared_ptr<std::atomic<int64_t>> in_flight;
   std::shared_ptr<ActiveRequests> active;

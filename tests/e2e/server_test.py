@@ -646,20 +646,27 @@ def test_client_disconnect_aborts_and_frees_kv(server):
     assert m["dinfer_generation_tokens_total"] >= 0
 
 
-def test_queue_full_is_503():
-    s = Server("--max-num-seqs", "1", "--max-waiting", "1")
+@pytest.mark.parametrize("status", [503, 429])
+def test_queue_full(status):
+    s = Server("--max-num-seqs", "1", "--max-waiting", "1", "--queue-full-status", str(status))
     try:
         async def run():
             client = openai.AsyncOpenAI(api_key="x", base_url=s.url + "/v1", max_retries=0)
+            claude = anthropic.AsyncAnthropic(api_key="x", base_url=s.url, max_retries=0)
             # One request runs (max_num_seqs 1) while another waits: the queue is full.
             long_req = dict(model="default", prompt="Once upon a time", max_tokens=100, extra_body={"ignore_eos": True})
             first = asyncio.create_task(client.completions.create(**long_req))
             await asyncio.sleep(0.2)
             second = asyncio.create_task(client.completions.create(**long_req))
             await asyncio.sleep(0.2)
-            with pytest.raises(openai.InternalServerError) as e:
+            error = openai.InternalServerError if status == 503 else openai.RateLimitError
+            with pytest.raises(error) as e:
                 await client.completions.create(model="default", prompt="x", max_tokens=1)
-            assert e.value.status_code == 503 and e.value.response.headers["retry-after"] == "1"
+            assert e.value.status_code == status and e.value.response.headers["retry-after"] == "1"
+            with pytest.raises(anthropic.APIStatusError) as e:
+                await claude.messages.create(model="default", max_tokens=1, messages=[{"role": "user", "content": "x"}])
+            assert e.value.status_code == status
+            assert e.value.body["error"]["type"] == ("overloaded_error" if status == 503 else "rate_limit_error")
             await asyncio.gather(first, second)
         asyncio.run(run())
         s.wait_idle()

@@ -52,6 +52,9 @@ std::string ErrorBody(Api api, const ApiError& e) {
       case ErrorKind::kOverloaded:
         type = "overloaded_error";
         break;
+      case ErrorKind::kRateLimited:
+        type = "rate_limit_error";
+        break;
       case ErrorKind::kInternal:
         type = "api_error";
         break;
@@ -76,6 +79,10 @@ std::string ErrorBody(Api api, const ApiError& e) {
       break;
     case ErrorKind::kOverloaded:
       type = "server_overloaded";
+      break;
+    case ErrorKind::kRateLimited:
+      type = "rate_limit_error";
+      code = "rate_limit_exceeded";
       break;
     case ErrorKind::kInternal:
       type = "server_error";

@@ -24,6 +24,8 @@ unsigned HttpStatus(ErrorKind kind) {
       return 415;
     case ErrorKind::kOverloaded:
       return 503;
+    case ErrorKind::kRateLimited:
+      return 429;
     case ErrorKind::kInternal:
       return 500;
   }

@@ -27,6 +27,7 @@ enum class ErrorKind {
   kNotFound,          // 404
   kRequestTooLarge,   // 413
   kOverloaded,        // 503: the waiting queue is full, or the model is still loading
+  kRateLimited,       // 429: the waiting queue is full (ServerOptions::queue_full_status)
   kInternal,          // 500
   kUnsupportedMedia,  // 415
 };
