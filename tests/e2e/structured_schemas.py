@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """End to end: the default model generates under real JSON Schemas, and every output must parse
-and validate (the `jsonschema` package is the judge). Schemas come from the JSONSchemaBench data
-(../shared/data/jsonschemabench beside the checkout, or --data), taken in a fixed order across
-its folders; a schema the engine refuses at submission is reported and the next one taken, until
---count schemas ran. Exits 1 if any output is invalid or incomplete.
+and validate (the `jsonschema` package is the judge) and end complete (finish reason "stop").
+By default the schemas are the 50 in tests/data/structured/e2e_schemas (real schemas from
+JSONSchemaBench, see the README there), all taken. With --data DIR (the JSONSchemaBench folders,
+e.g. ../shared/data/jsonschemabench) every 37th schema of each folder is taken in a fixed order;
+a schema the engine refuses at submission is reported and the next one taken, until --count
+schemas ran. Exits 1 if any output is invalid or incomplete.
 
-    PYTHONPATH=build/python .deps/bench-venv/bin/python tests/e2e/structured_schemas.py
-Needs the Python module (scripts/setup builds it) and jsonschema (pip install jsonschema).
+    PYTHONPATH=build/python .venv/bin/python tests/e2e/structured_schemas.py [--json OUT]
+Needs the Python module and jsonschema (scripts/setup builds and installs both).
 """
 import argparse
 import json
@@ -21,6 +23,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def schema_files(data):
+    if not any(os.path.isdir(os.path.join(data, d)) for d in os.listdir(data)):
+        yield from sorted(os.path.join(data, f) for f in os.listdir(data) if f.endswith(".json"))
+        return
     folders = [sorted(os.path.join(data, d, f) for f in os.listdir(os.path.join(data, d)) if f.endswith(".json"))
                for d in sorted(os.listdir(data)) if os.path.isdir(os.path.join(data, d))]
     # Interleave the folders, every 37th file of each, so that the sample spreads over the data.
@@ -33,15 +38,13 @@ def schema_files(data):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "jsonschemabench"))
+    ap.add_argument("--data", default=os.path.join(ROOT, "tests", "data", "structured", "e2e_schemas"))
     ap.add_argument("--count", type=int, default=50)
     ap.add_argument("--max-tokens", type=int, default=640)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=0.6)
     ap.add_argument("--json", help="write each schema's outcome here")
     args = ap.parse_args()
-    if not os.path.isdir(args.data):
-        args.data = "/work/shared/data/jsonschemabench"
     llm = dinfer.LLM("default", show_progress=False, max_num_seqs=args.batch)
     chosen, refused = [], []
     for path in schema_files(args.data):
@@ -87,8 +90,12 @@ def main():
     print(f"{len(results) - bad} of {len(results)} outputs parse and validate; "
           f"{len(refused)} schemas refused at submission (skipped)")
     if args.json:
+        summary = {"schemas": len(results), "valid": len(results) - bad, "refused": len(refused),
+                   "config": {"model": "default", "max_tokens": args.max_tokens, "temperature": args.temperature,
+                              "top_p": 0.95, "max_whitespace": 4, "batch": args.batch,
+                              "data": os.path.relpath(args.data, ROOT)}}
         with open(args.json, "w") as f:
-            json.dump({"results": results, "refused": refused}, f, indent=1)
+            json.dump({"summary": summary, "results": results, "refused": refused}, f, indent=1)
     return 1 if bad else 0
 
 
