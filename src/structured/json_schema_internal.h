@@ -46,7 +46,6 @@ class SchemaIndex {
 // Compact JSON text of a value as JSON.stringify writes it (shortest round-trip numbers, no
 // exponent below 1e21, integral doubles without a fraction).
 std::string SerializeCompact(const json::value& v);
-void AppendJsonString(std::string_view s, std::string* out);
 // Exact decimal of a JSON number value.
 std::optional<Decimal> ToDecimal(const json::value& v);
 // Number of characters (code points) of a UTF-8 string.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "base/json_escape.h"
 #include "structured/automaton.h"
 #include "structured/json_schema_internal.h"
 #include "structured/pda.h"
@@ -176,46 +177,9 @@ StatusOr<std::pair<const json::value*, std::string>> SchemaIndex::Resolve(
   return std::make_pair(cur, cur_base);
 }
 
-void AppendJsonString(std::string_view s, std::string* out) {
-  out->push_back('"');
-  for (char c : s) {
-    const auto u = static_cast<uint8_t>(c);
-    switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
-      case '\b':
-        *out += "\\b";
-        break;
-      case '\f':
-        *out += "\\f";
-        break;
-      default:
-        if (u < 0x20) {
-          *out += fmt::format("\\u{:04x}", u);
-        } else {
-          out->push_back(c);
-        }
-    }
-  }
-  out->push_back('"');
-}
-
 std::string KeyLiteral(std::string_view name) {
   std::string out;
-  AppendJsonString(name, &out);
+  AppendJsonQuoted(name, &out);
   return out;
 }
 
@@ -255,7 +219,7 @@ void Serialize(const json::value& v, std::string* out) {
       AppendNumber(v.get_double(), out);
       return;
     case json::kind::string:
-      AppendJsonString(v.get_string(), out);
+      AppendJsonQuoted(v.get_string(), out);
       return;
     case json::kind::array: {
       out->push_back('[');
@@ -274,7 +238,7 @@ void Serialize(const json::value& v, std::string* out) {
       for (const auto& kv : v.get_object()) {
         if (!first) out->push_back(',');
         first = false;
-        AppendJsonString(kv.key(), out);
+        AppendJsonQuoted(kv.key(), out);
         out->push_back(':');
         Serialize(kv.value(), out);
       }

@@ -1,4 +1,5 @@
 #include "tokenizer/python_json.h"
+#include "base/json_escape.h"
 
 #include <charconv>
 #include <cstdlib>
@@ -54,42 +55,6 @@ void AppendDouble(double d, std::string* out) {
 
 }  // namespace
 
-void AppendPythonJsonString(std::string_view text, std::string* out) {
-  *out += '"';
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
-      case '\b':
-        *out += "\\b";
-        break;
-      case '\f':
-        *out += "\\f";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          *out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          *out += c;
-        }
-    }
-  }
-  *out += '"';
-}
-
 void AppendPythonJson(const json::value& value, std::string* out) {
   switch (value.kind()) {
     case json::kind::null:
@@ -108,7 +73,7 @@ void AppendPythonJson(const json::value& value, std::string* out) {
       AppendDouble(value.get_double(), out);
       break;
     case json::kind::string:
-      AppendPythonJsonString(value.get_string(), out);
+      AppendJsonQuoted(value.get_string(), out);
       break;
     case json::kind::array: {
       *out += '[';
@@ -126,7 +91,7 @@ void AppendPythonJson(const json::value& value, std::string* out) {
       bool first = true;
       for (const auto& kv : value.get_object()) {
         if (!first) *out += ", ";
-        AppendPythonJsonString(kv.key(), out);
+        AppendJsonQuoted(kv.key(), out);
         *out += ": ";
         AppendPythonJson(kv.value(), out);
         first = false;

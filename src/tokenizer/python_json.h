@@ -15,6 +15,5 @@ namespace dinfer::tokenizer {
 
 std::string PythonJson(const boost::json::value& value);
 void AppendPythonJson(const boost::json::value& value, std::string* out);
-void AppendPythonJsonString(std::string_view text, std::string* out);
 
 }  // namespace dinfer::tokenizer

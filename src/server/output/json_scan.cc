@@ -99,42 +99,6 @@ JsonValueScanner::Step JsonValueScanner::Feed(char c) {
   return Step::kTaken;
 }
 
-void AppendJsonEscaped(std::string_view text, std::string* out) {
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
-      case '\b':
-        *out += "\\b";
-        break;
-      case '\f':
-        *out += "\\f";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
-          *out += buf;
-        } else {
-          *out += c;
-        }
-    }
-  }
-}
-
 std::string JsonStringDecoder::Push(std::string_view raw) {
   pending_.append(raw);
   std::string out;

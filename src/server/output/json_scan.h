@@ -41,10 +41,6 @@ bool IsJsonSpace(char c);
 // the text to hold back because it may be the start of `literal`.
 size_t PartialSuffix(std::string_view text, std::string_view literal);
 
-// Appends `text` as the inside of a JSON string (quotes not included), escaping as Python's
-// json.dumps(ensure_ascii=False) does.
-void AppendJsonEscaped(std::string_view text, std::string* out);
-
 // Decodes the inside of a JSON string as it streams: Push returns the text decoded so far,
 // holding back an escape sequence that is not complete yet. Invalid escapes pass through as
 // written; unpaired surrogates become U+FFFD.

@@ -4,6 +4,7 @@
 #include <array>
 #include <optional>
 
+#include "base/json_escape.h"
 #include "server/output/json_scan.h"
 
 namespace dinfer::output {

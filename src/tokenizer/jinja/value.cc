@@ -7,6 +7,7 @@
 
 #include <boost/json.hpp>
 
+#include "base/json_escape.h"
 #include "tokenizer/unicode.h"
 
 namespace dinfer::tokenizer::jinja {
@@ -378,43 +379,6 @@ void ReprInto(const Value& v, std::string* out, bool* trusted) {
   }
 }
 
-void JsonString(std::string_view s, std::string* out) {
-  *out += '"';
-  for (char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
-      case '\b':
-        *out += "\\b";
-        break;
-      case '\f':
-        *out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          *out += fmt::format("\\u{:04x}", c);
-        } else {
-          *out += ch;
-        }
-    }
-  }
-  *out += '"';
-}
-
 struct JsonWriter {
   const JsonOptions& options;
   std::string item_sep, key_sep;
@@ -451,7 +415,7 @@ struct JsonWriter {
       }
       case Value::Kind::kString:
         trusted = trusted && v.text().AllTrusted();
-        JsonString(v.text().str(), &out);
+        AppendJsonQuoted(v.text().str(), &out);
         return;
       case Value::Kind::kList: {
         if (v.is_generator()) Fail("Object of type generator is not JSON serializable");
@@ -486,7 +450,7 @@ struct JsonWriter {
           if (i > 0) out += item_sep;
           Newline(level + 1);
           trusted = trusted && entries[i]->first.AllTrusted();
-          JsonString(entries[i]->first.str(), &out);
+          AppendJsonQuoted(entries[i]->first.str(), &out);
           out += key_sep;
           Write(entries[i]->second, level + 1);
         }
