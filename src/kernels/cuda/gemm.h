@@ -45,7 +45,7 @@ int Gemv(const GemmParams& p, void* stream, GemvTiling tiling = {});
 
 // The decode GEMV with its input staged in shared memory (gemv_fused.cu), optionally made by the
 // op before it in the same kernel: y = f(x) · wᵀ for m <= kGemvFusedMaxRows rows, bf16 weights,
-// k a multiple of 2,048, f32 or bf16 output.
+// k a multiple of 2,048, contiguous weight rows (ldw == k), f32 or bf16 output.
 //   kPlain:   f(x) = x, as Gemv.
 //   kSiluMul: f(x)[r] = silu(x[r, 0:k]) * x[r, k:2k] (gate and up halves of one row, ldx >= 2k),
 //             rounded to bf16 as SiluMul stores it.

@@ -7,10 +7,10 @@
 // whatever n is, with no second wave. A row is cut into chunks of 2,048 elements (256 threads ×
 // 8); a CTA walks its rows chunk by chunk, each thread loading 16 bytes of each chunk, with
 // kUnroll chunks per buffer and two buffers (the next loads are requested before this batch's
-// arithmetic). Since k is a multiple of the chunk, which row a chunk belongs to is the same for
-// every thread: each warp reduces its share of a row when the row ends and the CTA adds the 8
-// warps' shares in a fixed order (deterministic). The first batch of weights is requested before
-// WaitForPrerequisites, while the kernel before still runs.
+// arithmetic). Since k is a multiple of the chunk, a chunk lies in one row: each warp reduces
+// its share of every chunk into shared memory and the CTA adds a row's shares in a fixed order
+// (deterministic). The first batch of weights is requested before WaitForPrerequisites, while the
+// kernel before still runs.
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
@@ -135,35 +135,32 @@ template <int M, typename TOut, GemvInput kIn>
 __global__ void __launch_bounds__(kThreads, kDefaultBlocksPerSm) GemvStagedKernel(StagedArgs a) {
   extern __shared__ uint4 smem[];
   bf16* xs = reinterpret_cast<bf16*>(smem);                 // [M, k]
-  float* partial = reinterpret_cast<float*>(xs + M * a.k);  // [rows_per_block, kWarps, M]
+  float* partial = reinterpret_cast<float*>(xs + M * a.k);  // [chunks, kWarps, M]
   AllowDependents();
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const int row0 = blockIdx.x * a.rows_per_block;
   const int rows = max(0, min(a.n, row0 + a.rows_per_block) - row0);
   const int cpr = a.k / kChunk;  // chunks per row
+  const float inv_cpr = 1.0f / static_cast<float>(cpr);
   const int chunks = rows * cpr;
-  const bf16* wb = a.w + static_cast<int64_t>(row0) * a.ldw + t * 8;
+  // Rows are contiguous (ldw == k): chunk c of this CTA starts c * kChunk elements in.
+  const bf16* wb = a.w + static_cast<int64_t>(row0) * a.k + t * 8;
 
+  // No branches around the loads (they would keep them from being in flight together): past the
+  // end, the last chunk is loaded again and its sums are not stored.
   auto load = [&](int c0, uint4(&buf)[kUnroll]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u;
-      if (c < chunks) {
-        const int r = c / cpr;
-        buf[u] = __ldcs(reinterpret_cast<const uint4*>(wb + static_cast<int64_t>(r) * a.ldw +
-                                                       (c - r * cpr) * kChunk));
-      }
+      const int c = min(c0 + u, chunks - 1);
+      buf[u] = __ldcs(reinterpret_cast<const uint4*>(wb + static_cast<int64_t>(c) * kChunk));
     }
   };
-  float acc[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
   auto compute = [&](int c0, const uint4(&buf)[kUnroll]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u;
-      if (c >= chunks) break;
-      const int r = c / cpr, cc = c - r * cpr;
+      // c / cpr exactly (c < 2^20, cpr small).
+      const int cc = c - cpr * static_cast<int>((static_cast<float>(c) + 0.5f) * inv_cpr);
       float wf[8];
       const auto* h = reinterpret_cast<const __nv_bfloat162*>(&buf[u]);
 #pragma unroll
@@ -176,22 +173,17 @@ __global__ void __launch_bounds__(kThreads, kDefaultBlocksPerSm) GemvStagedKerne
       for (int m = 0; m < M; ++m) {
         float xf[8];
         LoadVec(xs + m * a.k + cc * kChunk + t * 8, xf);
+        float acc = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[m] += wf[j] * xf[j];
-      }
-      if (cc == cpr - 1) {  // the row ends here, for every thread of the CTA
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          const float s = WarpSum(acc[m]);
-          if (lane == 0) partial[(r * kWarps + warp) * M + m] = s;
-          acc[m] = 0.0f;
-        }
+        for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
+        acc = WarpSum(acc);
+        if (lane == 0 && c < chunks) partial[(c * kWarps + warp) * M + m] = acc;
       }
     }
   };
 
   uint4 buf_a[kUnroll], buf_b[kUnroll];
-  load(0, buf_a);
+  if (chunks > 0) load(0, buf_a);
   WaitForPrerequisites();  // the input comes from the kernel before
   StageInput<M, kIn>(a, xs);
   __syncthreads();
@@ -206,8 +198,10 @@ __global__ void __launch_bounds__(kThreads, kDefaultBlocksPerSm) GemvStagedKerne
   for (int o = t; o < rows * M; o += kThreads) {
     const int r = o / M, m = o % M;
     float s = 0.0f;
+    for (int c = r * cpr; c < (r + 1) * cpr; ++c) {
 #pragma unroll
-    for (int q = 0; q < kWarps; ++q) s += partial[(r * kWarps + q) * M + m];
+      for (int q = 0; q < kWarps; ++q) s += partial[(c * kWarps + q) * M + m];
+    }
     static_cast<TOut*>(a.y)[m * a.ldy + row0 + r] = FromFloat<TOut>(s);
   }
 }
@@ -254,11 +248,13 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
   const GemmParams& g = p.gemm;
   if (g.in_dtype != DType::kBF16 || (g.out_dtype != DType::kBF16 && g.out_dtype != DType::kF32))
     return false;
-  if (g.m < 1 || g.m > kGemvFusedMaxRows || g.k % kChunk != 0 || g.ldw % 8 != 0 ||
-      !Aligned16(g.w) || g.n < 1 || g.n > (int64_t{1} << 30) || g.k > (int64_t{1} << 20)) {
+  if (g.m < 1 || g.m > kGemvFusedMaxRows || g.k % kChunk != 0 || g.ldw != g.k || !Aligned16(g.w) ||
+      g.n < 1 || g.n > (int64_t{1} << 30) || g.k > (int64_t{1} << 20)) {
     return false;
   }
-  if (static_cast<size_t>(g.m * g.k * 2 + kWarps * g.m * 4) > kMaxSmem) return false;
+  if (static_cast<size_t>(g.m * g.k * 2 + kWarps * g.m * 4 * (g.k / kChunk)) > kMaxSmem) {
+    return false;
+  }
   switch (p.input) {
     case GemvInput::kPlain:
       return g.x != nullptr && g.ldx % 8 == 0 && Aligned16(g.x);
@@ -278,7 +274,7 @@ int GemvFused(const GemvFusedParams& p, void* stream) {
   const GemmParams& g = p.gemm;
   const int per_sm = p.blocks_per_sm > 0 ? p.blocks_per_sm : kDefaultBlocksPerSm;
   const size_t x_bytes = static_cast<size_t>(g.m * g.k * 2);
-  const size_t row_bytes = static_cast<size_t>(kWarps * g.m * 4);
+  const size_t row_bytes = static_cast<size_t>(kWarps * g.m * 4 * (g.k / kChunk));
   int64_t grid = std::min<int64_t>(g.n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
   int64_t rows_per_block = (g.n + grid - 1) / grid;
   const int64_t max_rows = static_cast<int64_t>((kMaxSmem - x_bytes) / row_bytes);
