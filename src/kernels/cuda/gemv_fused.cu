@@ -5,25 +5,28 @@
 // Work split: the grid is a few CTAs per multiprocessor; CTA b owns a contiguous range of
 // ceil(n / grid) weight rows, so every CTA streams the same number of bytes (the last one fewer)
 // whatever n is, with no second wave. A row is cut into chunks of 2,048 elements (256 threads ×
-// 8); a CTA walks its rows chunk by chunk, each thread loading 16 bytes of each chunk, with
-// kUnroll chunks per buffer and two buffers (the next loads are requested before this batch's
-// arithmetic). Since k is a multiple of the chunk, a chunk lies in one row: each warp reduces
-// its share of every chunk into shared memory and the CTA adds a row's shares in a fixed order
-// (deterministic). The first batch of weights is requested before WaitForPrerequisites, while the
-// kernel before still runs.
+// 8); a CTA walks its rows chunk by chunk through a ring of kStages chunks in shared memory
+// filled by cp.async (64 KB in flight per CTA without holding registers; an earlier version
+// with loads into registers kept too few bytes in flight and read at 0.4-0.7 of the bandwidth).
+// Since k is a multiple of the chunk, a chunk lies in one row: each warp reduces its share of a
+// row into shared memory and the CTA adds the 8 shares in a fixed order (deterministic). The first
+// batch of weights is requested before WaitForPrerequisites, while the kernel before still runs.
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/mma.cuh"
 
 namespace dinfer::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kChunk = kThreads * 8;
-constexpr int kUnroll = 8;
+constexpr int kStages = 16;  // chunks in flight per CTA (64 KB)
 constexpr int kDefaultBlocksPerSm = 2;
 constexpr size_t kMaxSmem = 200 * 1024;
+constexpr size_t kRingBytes = kStages * kChunk * 2;
+constexpr size_t kSmemPerSm = 228 * 1024, kSmemPerCtaReserved = 1024;  // sm_90
 
 struct StagedArgs {
   const bf16* x;
@@ -134,35 +137,41 @@ __device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs) {
 template <int M, typename TOut, GemvInput kIn>
 __global__ void __launch_bounds__(kThreads, kDefaultBlocksPerSm) GemvStagedKernel(StagedArgs a) {
   extern __shared__ uint4 smem[];
-  bf16* xs = reinterpret_cast<bf16*>(smem);                 // [M, k]
-  float* partial = reinterpret_cast<float*>(xs + M * a.k);  // [chunks, kWarps, M]
+  bf16* ring = reinterpret_cast<bf16*>(smem);               // [kStages, kChunk]
+  bf16* xs = ring + kStages * kChunk;                       // [M, k]
+  float* partial = reinterpret_cast<float*>(xs + M * a.k);  // [rows_per_block, kWarps, M]
   AllowDependents();
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const int row0 = blockIdx.x * a.rows_per_block;
   const int rows = max(0, min(a.n, row0 + a.rows_per_block) - row0);
   const int cpr = a.k / kChunk;  // chunks per row
-  const float inv_cpr = 1.0f / static_cast<float>(cpr);
   const int chunks = rows * cpr;
-  // Rows are contiguous (ldw == k): chunk c of this CTA starts c * kChunk elements in.
+  // Rows are contiguous (ldw == k): chunk c of this CTA starts c * kChunk elements in. Each
+  // thread copies, and later reads, its own 16 bytes of every chunk, so the ring needs no
+  // barrier: waiting for its own copies is enough.
   const bf16* wb = a.w + static_cast<int64_t>(row0) * a.k + t * 8;
-
-  // No branches around the loads (they would keep them from being in flight together): past the
-  // end, the last chunk is loaded again and its sums are not stored.
-  auto load = [&](int c0, uint4(&buf)[kUnroll]) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = min(c0 + u, chunks - 1);
-      buf[u] = __ldcs(reinterpret_cast<const uint4*>(wb + static_cast<int64_t>(c) * kChunk));
-    }
+  bf16* slot0 = ring + t * 8;
+  auto issue = [&](int c) {
+    const bool in = c < chunks;
+    CpAsync16(slot0 + (c % kStages) * kChunk, wb + static_cast<int64_t>(in ? c : 0) * kChunk, in);
+    CpAsyncCommit();
   };
-  auto compute = [&](int c0, const uint4(&buf)[kUnroll]) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u;
-      // c / cpr exactly (c < 2^20, cpr small).
-      const int cc = c - cpr * static_cast<int>((static_cast<float>(c) + 0.5f) * inv_cpr);
+  for (int c = 0; c < kStages; ++c) issue(c);
+  WaitForPrerequisites();  // the input comes from the kernel before
+  StageInput<M, kIn>(a, xs);
+  __syncthreads();
+  // Control flow costs no memory parallelism here: the bytes in flight are in the ring.
+  for (int r = 0, c = 0; r < rows; ++r) {
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    for (int cc = 0; cc < cpr; ++cc, ++c) {
+      CpAsyncWait<kStages - 1>();  // chunk c has landed
+      const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c % kStages) * kChunk);
+      issue(c + kStages);  // into the slot just read
       float wf[8];
-      const auto* h = reinterpret_cast<const __nv_bfloat162*>(&buf[u]);
+      const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wv);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float2 f = __bfloat1622float2(h[j]);
@@ -173,35 +182,23 @@ __global__ void __launch_bounds__(kThreads, kDefaultBlocksPerSm) GemvStagedKerne
       for (int m = 0; m < M; ++m) {
         float xf[8];
         LoadVec(xs + m * a.k + cc * kChunk + t * 8, xf);
-        float acc = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
-        acc = WarpSum(acc);
-        if (lane == 0 && c < chunks) partial[(c * kWarps + warp) * M + m] = acc;
+        for (int j = 0; j < 8; ++j) acc[m] += wf[j] * xf[j];
       }
     }
-  };
-
-  uint4 buf_a[kUnroll], buf_b[kUnroll];
-  if (chunks > 0) load(0, buf_a);
-  WaitForPrerequisites();  // the input comes from the kernel before
-  StageInput<M, kIn>(a, xs);
-  __syncthreads();
-  for (int c0 = 0; c0 < chunks; c0 += 2 * kUnroll) {
-    load(c0 + kUnroll, buf_b);
-    compute(c0, buf_a);
-    if (c0 + kUnroll >= chunks) break;
-    load(c0 + 2 * kUnroll, buf_a);
-    compute(c0 + kUnroll, buf_b);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const float sum = WarpSum(acc[m]);
+      if (lane == 0) partial[(r * kWarps + warp) * M + m] = sum;
+    }
   }
+  CpAsyncWait<0>();
   __syncthreads();
   for (int o = t; o < rows * M; o += kThreads) {
     const int r = o / M, m = o % M;
     float s = 0.0f;
-    for (int c = r * cpr; c < (r + 1) * cpr; ++c) {
 #pragma unroll
-      for (int q = 0; q < kWarps; ++q) s += partial[(c * kWarps + q) * M + m];
-    }
+    for (int q = 0; q < kWarps; ++q) s += partial[(r * kWarps + q) * M + m];
     static_cast<TOut*>(a.y)[m * a.ldy + row0 + r] = FromFloat<TOut>(s);
   }
 }
@@ -252,7 +249,7 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
       g.n < 1 || g.n > (int64_t{1} << 30) || g.k > (int64_t{1} << 20)) {
     return false;
   }
-  if (static_cast<size_t>(g.m * g.k * 2 + kWarps * g.m * 4 * (g.k / kChunk)) > kMaxSmem) {
+  if (kRingBytes + static_cast<size_t>(g.m * g.k * 2 + kWarps * g.m * 4) > kMaxSmem) {
     return false;
   }
   switch (p.input) {
@@ -272,15 +269,20 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
 int GemvFused(const GemvFusedParams& p, void* stream) {
   if (!GemvFusedSupports(p)) return cudaErrorInvalidValue;
   const GemmParams& g = p.gemm;
-  const int per_sm = p.blocks_per_sm > 0 ? p.blocks_per_sm : kDefaultBlocksPerSm;
-  const size_t x_bytes = static_cast<size_t>(g.m * g.k * 2);
-  const size_t row_bytes = static_cast<size_t>(kWarps * g.m * 4 * (g.k / kChunk));
-  int64_t grid = std::min<int64_t>(g.n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
-  int64_t rows_per_block = (g.n + grid - 1) / grid;
+  const size_t x_bytes = kRingBytes + static_cast<size_t>(g.m * g.k * 2);
+  const size_t row_bytes = static_cast<size_t>(kWarps * g.m * 4);
   const int64_t max_rows = static_cast<int64_t>((kMaxSmem - x_bytes) / row_bytes);
-  rows_per_block = std::min(rows_per_block, max_rows);
-  grid = (g.n + rows_per_block - 1) / rows_per_block;
-  const size_t smem = x_bytes + static_cast<size_t>(rows_per_block) * row_bytes;
+  int64_t grid = 0, rows_per_block = 0;
+  size_t smem = 0;
+  // CTAs per multiprocessor as asked, fewer where their shared memory does not fit (one wave).
+  for (int per_sm = p.blocks_per_sm > 0 ? p.blocks_per_sm : kDefaultBlocksPerSm; per_sm >= 1;
+       --per_sm) {
+    grid = std::min<int64_t>(g.n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
+    rows_per_block = std::min((g.n + grid - 1) / grid, max_rows);
+    grid = (g.n + rows_per_block - 1) / rows_per_block;
+    smem = x_bytes + static_cast<size_t>(rows_per_block) * row_bytes;
+    if (static_cast<size_t>(per_sm) * (smem + kSmemPerCtaReserved) <= kSmemPerSm) break;
+  }
 
   StagedArgs a;
   a.x = static_cast<const bf16*>(g.x);
