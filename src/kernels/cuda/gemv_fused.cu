@@ -26,6 +26,7 @@ constexpr int kStages = 16;  // chunks in flight per CTA (64 KB)
 constexpr int kDefaultBlocksPerSm = 2;
 constexpr size_t kMaxSmem = 200 * 1024;
 constexpr size_t kRingBytes = kStages * kChunk * 2;
+constexpr int kPrefetchPiece = 16 * 1024;
 constexpr size_t kSmemPerSm = 228 * 1024, kSmemPerCtaReserved = 1024;  // sm_90
 
 struct StagedArgs {
@@ -43,6 +44,11 @@ struct StagedArgs {
   float* residual_out;
   const float* norm_weight;
   float eps, weight_offset;
+  // L2 prefetch of the next GEMV's weights: prefetch_bytes from the start of each of its
+  // prefetch_ctas CTAs' ranges (prefetch_stride bytes apart).
+  const char* prefetch;
+  int64_t prefetch_stride;
+  int prefetch_ctas, prefetch_bytes;
 };
 
 // Writes the M input rows (k elements each, bf16 as the unfused ops would store them) to xs.
@@ -192,6 +198,18 @@ __global__ void __launch_bounds__(kThreads, kDefaultBlocksPerSm) GemvStagedKerne
       if (lane == 0) partial[(r * kWarps + warp) * M + m] = sum;
     }
   }
+  // This CTA is done with its rows: keep the memory busy with the next GEMV's first bytes
+  // while the other CTAs finish and the kernels between run (they read little).
+  if (a.prefetch != nullptr) {
+    for (int j = blockIdx.x; j < a.prefetch_ctas; j += gridDim.x) {
+      const char* base = a.prefetch + j * a.prefetch_stride;
+      for (int off = t * kPrefetchPiece; off < a.prefetch_bytes; off += kThreads * kPrefetchPiece) {
+        const int len = min(kPrefetchPiece, a.prefetch_bytes - off);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base + off), "r"(len)
+                     : "memory");
+      }
+    }
+  }
   CpAsyncWait<0>();
   __syncthreads();
   for (int o = t; o < rows * M; o += kThreads) {
@@ -266,23 +284,38 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
   return false;
 }
 
+namespace {
+
+struct Layout {
+  int64_t grid = 0, rows_per_block = 0;
+  size_t smem = 0;
+};
+
+Layout LayoutFor(int64_t m, int64_t n, int64_t k, int blocks_per_sm) {
+  const size_t x_bytes = kRingBytes + static_cast<size_t>(m * k * 2);
+  const size_t row_bytes = static_cast<size_t>(kWarps * m * 4);
+  const int64_t max_rows = static_cast<int64_t>((kMaxSmem - x_bytes) / row_bytes);
+  Layout l;
+  // CTAs per multiprocessor as asked, fewer where their shared memory does not fit (one wave).
+  for (int per_sm = blocks_per_sm > 0 ? blocks_per_sm : kDefaultBlocksPerSm; per_sm >= 1;
+       --per_sm) {
+    l.grid = std::min<int64_t>(n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
+    l.rows_per_block = std::min((n + l.grid - 1) / l.grid, max_rows);
+    l.grid = (n + l.rows_per_block - 1) / l.rows_per_block;
+    l.smem = x_bytes + static_cast<size_t>(l.rows_per_block) * row_bytes;
+    if (static_cast<size_t>(per_sm) * (l.smem + kSmemPerCtaReserved) <= kSmemPerSm) break;
+  }
+  return l;
+}
+
+}  // namespace
+
 int GemvFused(const GemvFusedParams& p, void* stream) {
   if (!GemvFusedSupports(p)) return cudaErrorInvalidValue;
   const GemmParams& g = p.gemm;
-  const size_t x_bytes = kRingBytes + static_cast<size_t>(g.m * g.k * 2);
-  const size_t row_bytes = static_cast<size_t>(kWarps * g.m * 4);
-  const int64_t max_rows = static_cast<int64_t>((kMaxSmem - x_bytes) / row_bytes);
-  int64_t grid = 0, rows_per_block = 0;
-  size_t smem = 0;
-  // CTAs per multiprocessor as asked, fewer where their shared memory does not fit (one wave).
-  for (int per_sm = p.blocks_per_sm > 0 ? p.blocks_per_sm : kDefaultBlocksPerSm; per_sm >= 1;
-       --per_sm) {
-    grid = std::min<int64_t>(g.n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
-    rows_per_block = std::min((g.n + grid - 1) / grid, max_rows);
-    grid = (g.n + rows_per_block - 1) / rows_per_block;
-    smem = x_bytes + static_cast<size_t>(rows_per_block) * row_bytes;
-    if (static_cast<size_t>(per_sm) * (smem + kSmemPerCtaReserved) <= kSmemPerSm) break;
-  }
+  const Layout l = LayoutFor(g.m, g.n, g.k, p.blocks_per_sm);
+  const int64_t grid = l.grid, rows_per_block = l.rows_per_block;
+  const size_t smem = l.smem;
 
   StagedArgs a;
   a.x = static_cast<const bf16*>(g.x);
@@ -302,6 +335,20 @@ int GemvFused(const GemvFusedParams& p, void* stream) {
   a.norm_weight = p.norm_weight;
   a.eps = p.eps;
   a.weight_offset = p.weight_offset;
+  a.prefetch = nullptr;
+  a.prefetch_stride = 0;
+  a.prefetch_ctas = a.prefetch_bytes = 0;
+  if (p.prefetch_w != nullptr && p.prefetch_bytes > 0 && p.prefetch_n > 0 &&
+      p.prefetch_k % kChunk == 0) {
+    // The next GEMV's CTAs, as it will lay them out (same rows, default CTAs per multiprocessor).
+    const Layout next = LayoutFor(g.m, p.prefetch_n, p.prefetch_k, 0);
+    const int64_t range = next.rows_per_block * p.prefetch_k * 2;
+    a.prefetch = static_cast<const char*>(p.prefetch_w);
+    a.prefetch_stride = range;
+    a.prefetch_ctas = static_cast<int>(next.grid - 1);  // the last range may be short
+    a.prefetch_bytes = static_cast<int>(
+        std::min(range, p.prefetch_bytes / std::max<int64_t>(1, next.grid)) & ~int64_t{15});
+  }
   const auto s = static_cast<cudaStream_t>(stream);
   const int gi = static_cast<int>(grid);
   if (g.out_dtype == DType::kF32) {
