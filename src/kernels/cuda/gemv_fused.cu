@@ -12,6 +12,7 @@
 // row into shared memory and the CTA adds the 8 shares in a fixed order (deterministic). The first
 // batch of weights is requested before WaitForPrerequisites, while the kernel before still runs.
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
@@ -297,7 +298,11 @@ Layout LayoutFor(int64_t m, int64_t n, int64_t k, int blocks_per_sm) {
   const int64_t max_rows = static_cast<int64_t>((kMaxSmem - x_bytes) / row_bytes);
   Layout l;
   // CTAs per multiprocessor as asked, fewer where their shared memory does not fit (one wave).
-  for (int per_sm = blocks_per_sm > 0 ? blocks_per_sm : kDefaultBlocksPerSm; per_sm >= 1;
+  static const int env_default = [] {
+    const char* e = std::getenv("DINFER_GEMV_CTAS_PER_SM");
+    return e != nullptr ? std::atoi(e) : kDefaultBlocksPerSm;
+  }();
+  for (int per_sm = blocks_per_sm > 0 ? blocks_per_sm : env_default; per_sm >= 1;
        --per_sm) {
     l.grid = std::min<int64_t>(n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
     l.rows_per_block = std::min((n + l.grid - 1) / l.grid, max_rows);
