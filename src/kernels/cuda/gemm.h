@@ -64,13 +64,8 @@ struct GemvFusedParams {
   float* residual_out = nullptr;        // [*, k] f32, optional
   const float* norm_weight = nullptr;   // [k]
   float eps = 1e-6f, weight_offset = 0.0f;
-  int blocks_per_sm = 0;  // CTAs per multiprocessor; 0: the default (2)
-  // Optional: the weights of the staged GEMV that comes next ([prefetch_n, prefetch_k] bf16,
-  // same m). Each CTA, once done with its own rows, prefetches into L2 the first bytes of
-  // the next kernel's CTAs' ranges, prefetch_bytes in all, so that memory stays busy through this
-  // kernel's tail and the small kernels in between.
-  const void* prefetch_w = nullptr;
-  int64_t prefetch_n = 0, prefetch_k = 0, prefetch_bytes = 0;
+  int blocks_per_sm =
+      0;  // CTAs per multiprocessor; 0: the default (3, fewer where they do not fit)
 };
 bool GemvFusedSupports(const GemvFusedParams& p);
 int GemvFused(const GemvFusedParams& p, void* stream);

@@ -12,7 +12,6 @@
 // row into shared memory and the CTA adds the 8 shares in a fixed order (deterministic). The first
 // batch of weights is requested before WaitForPrerequisites, while the kernel before still runs.
 #include <algorithm>
-#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
@@ -24,11 +23,11 @@ namespace {
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kChunk = kThreads * 8;
 constexpr int kStages = 16;  // chunks in flight per CTA (64 KB)
-constexpr int kDefaultBlocksPerSm = 2;
+// Measured in batch-1 decode of an 8B model on H200 (bench/gpu, graph replay): 1 CTA per
+// multiprocessor 0.55 of the roofline, 2 0.76, 3 0.77.
+constexpr int kDefaultBlocksPerSm = 3;
 constexpr size_t kMaxSmem = 200 * 1024;
 constexpr size_t kRingBytes = kStages * kChunk * 2;
-constexpr int kPrefetchPiece = 16 * 1024;
-constexpr size_t kSmemPerSm = 228 * 1024, kSmemPerCtaReserved = 1024;  // sm_90
 
 struct StagedArgs {
   const bf16* x;
@@ -45,11 +44,6 @@ struct StagedArgs {
   float* residual_out;
   const float* norm_weight;
   float eps, weight_offset;
-  // L2 prefetch of the next GEMV's weights: prefetch_bytes from the start of each of its
-  // prefetch_ctas CTAs' ranges (prefetch_stride bytes apart).
-  const char* prefetch;
-  int64_t prefetch_stride;
-  int prefetch_ctas, prefetch_bytes;
 };
 
 // Writes the M input rows (k elements each, bf16 as the unfused ops would store them) to xs.
@@ -142,7 +136,7 @@ __device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs) {
 }
 
 template <int M, typename TOut, GemvInput kIn>
-__global__ void __launch_bounds__(kThreads, kDefaultBlocksPerSm) GemvStagedKernel(StagedArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) GemvStagedKernel(StagedArgs a) {
   extern __shared__ uint4 smem[];
   bf16* ring = reinterpret_cast<bf16*>(smem);               // [kStages, kChunk]
   bf16* xs = ring + kStages * kChunk;                       // [M, k]
@@ -199,18 +193,6 @@ __global__ void __launch_bounds__(kThreads, kDefaultBlocksPerSm) GemvStagedKerne
       if (lane == 0) partial[(r * kWarps + warp) * M + m] = sum;
     }
   }
-  // This CTA is done with its rows: keep the memory busy with the next GEMV's first bytes
-  // while the other CTAs finish and the kernels between run (they read little).
-  if (a.prefetch != nullptr) {
-    for (int j = blockIdx.x; j < a.prefetch_ctas; j += gridDim.x) {
-      const char* base = a.prefetch + j * a.prefetch_stride;
-      for (int off = t * kPrefetchPiece; off < a.prefetch_bytes; off += kThreads * kPrefetchPiece) {
-        const int len = min(kPrefetchPiece, a.prefetch_bytes - off);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base + off), "r"(len)
-                     : "memory");
-      }
-    }
-  }
   CpAsyncWait<0>();
   __syncthreads();
   for (int o = t; o < rows * M; o += kThreads) {
@@ -233,27 +215,44 @@ int MultiprocessorCount() {
 }
 
 template <int M, typename TOut, GemvInput kIn>
-cudaError_t LaunchStaged(const StagedArgs& args, int grid, size_t smem, cudaStream_t stream) {
+cudaError_t LaunchStaged(StagedArgs a, int64_t m, int64_t n, int64_t k, int blocks_per_sm,
+                         cudaStream_t stream) {
   auto kernel = GemvStagedKernel<M, TOut, kIn>;
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
+  const size_t x_bytes = kRingBytes + static_cast<size_t>(m * k * 2);
+  const size_t row_bytes = static_cast<size_t>(kWarps * m * 4);
+  const int64_t max_rows = static_cast<int64_t>((kMaxSmem - x_bytes) / row_bytes);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxSmem));
+  if (e != cudaSuccess) return e;
+  // CTAs per multiprocessor as asked, fewer where they do not fit at once (one wave, no tail).
+  int64_t grid = 0, rows_per_block = 0;
+  size_t smem = 0;
+  for (int per_sm = blocks_per_sm > 0 ? blocks_per_sm : kDefaultBlocksPerSm; per_sm >= 1;
+       --per_sm) {
+    grid = std::min<int64_t>(n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
+    rows_per_block = std::min((n + grid - 1) / grid, max_rows);
+    grid = (n + rows_per_block - 1) / rows_per_block;
+    smem = x_bytes + static_cast<size_t>(rows_per_block) * row_bytes;
+    int fits = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, kernel, kThreads, smem);
     if (e != cudaSuccess) return e;
+    if (fits >= per_sm) break;
   }
+  a.rows_per_block = static_cast<int>(rows_per_block);
   return LaunchDependent(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, stream,
-                         args);
+                         a);
 }
 
 template <int M, typename TOut>
-cudaError_t DispatchInput(GemvInput in, const StagedArgs& args, int grid, size_t smem,
-                          cudaStream_t stream) {
-  switch (in) {
+cudaError_t DispatchInput(const GemvFusedParams& p, const StagedArgs& a, cudaStream_t s) {
+  const GemmParams& g = p.gemm;
+  switch (p.input) {
     case GemvInput::kPlain:
-      return LaunchStaged<M, TOut, GemvInput::kPlain>(args, grid, smem, stream);
+      return LaunchStaged<M, TOut, GemvInput::kPlain>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
     case GemvInput::kRmsNorm:
-      return LaunchStaged<M, TOut, GemvInput::kRmsNorm>(args, grid, smem, stream);
+      return LaunchStaged<M, TOut, GemvInput::kRmsNorm>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
     case GemvInput::kSiluMul:
-      return LaunchStaged<M, TOut, GemvInput::kSiluMul>(args, grid, smem, stream);
+      return LaunchStaged<M, TOut, GemvInput::kSiluMul>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
   }
   return cudaErrorInvalidValue;
 }
@@ -268,9 +267,7 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
       g.n < 1 || g.n > (int64_t{1} << 30) || g.k > (int64_t{1} << 20)) {
     return false;
   }
-  if (kRingBytes + static_cast<size_t>(g.m * g.k * 2 + kWarps * g.m * 4) > kMaxSmem) {
-    return false;
-  }
+  if (kRingBytes + static_cast<size_t>(g.m * g.k * 2 + kWarps * g.m * 4) > kMaxSmem) return false;
   switch (p.input) {
     case GemvInput::kPlain:
       return g.x != nullptr && g.ldx % 8 == 0 && Aligned16(g.x);
@@ -285,43 +282,9 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
   return false;
 }
 
-namespace {
-
-struct Layout {
-  int64_t grid = 0, rows_per_block = 0;
-  size_t smem = 0;
-};
-
-Layout LayoutFor(int64_t m, int64_t n, int64_t k, int blocks_per_sm) {
-  const size_t x_bytes = kRingBytes + static_cast<size_t>(m * k * 2);
-  const size_t row_bytes = static_cast<size_t>(kWarps * m * 4);
-  const int64_t max_rows = static_cast<int64_t>((kMaxSmem - x_bytes) / row_bytes);
-  Layout l;
-  // CTAs per multiprocessor as asked, fewer where their shared memory does not fit (one wave).
-  static const int env_default = [] {
-    const char* e = std::getenv("DINFER_GEMV_CTAS_PER_SM");
-    return e != nullptr ? std::atoi(e) : kDefaultBlocksPerSm;
-  }();
-  for (int per_sm = blocks_per_sm > 0 ? blocks_per_sm : env_default; per_sm >= 1;
-       --per_sm) {
-    l.grid = std::min<int64_t>(n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
-    l.rows_per_block = std::min((n + l.grid - 1) / l.grid, max_rows);
-    l.grid = (n + l.rows_per_block - 1) / l.rows_per_block;
-    l.smem = x_bytes + static_cast<size_t>(l.rows_per_block) * row_bytes;
-    if (static_cast<size_t>(per_sm) * (l.smem + kSmemPerCtaReserved) <= kSmemPerSm) break;
-  }
-  return l;
-}
-
-}  // namespace
-
 int GemvFused(const GemvFusedParams& p, void* stream) {
   if (!GemvFusedSupports(p)) return cudaErrorInvalidValue;
   const GemmParams& g = p.gemm;
-  const Layout l = LayoutFor(g.m, g.n, g.k, p.blocks_per_sm);
-  const int64_t grid = l.grid, rows_per_block = l.rows_per_block;
-  const size_t smem = l.smem;
-
   StagedArgs a;
   a.x = static_cast<const bf16*>(g.x);
   a.ldx = g.ldx;
@@ -331,7 +294,7 @@ int GemvFused(const GemvFusedParams& p, void* stream) {
   a.ldy = g.ldy;
   a.n = static_cast<int>(g.n);
   a.k = static_cast<int>(g.k);
-  a.rows_per_block = static_cast<int>(rows_per_block);
+  a.rows_per_block = 0;
   a.residual = p.residual;
   a.add = static_cast<const bf16*>(p.add);
   a.add_bias = p.add_bias;
@@ -340,28 +303,11 @@ int GemvFused(const GemvFusedParams& p, void* stream) {
   a.norm_weight = p.norm_weight;
   a.eps = p.eps;
   a.weight_offset = p.weight_offset;
-  a.prefetch = nullptr;
-  a.prefetch_stride = 0;
-  a.prefetch_ctas = a.prefetch_bytes = 0;
-  if (p.prefetch_w != nullptr && p.prefetch_bytes > 0 && p.prefetch_n > 0 &&
-      p.prefetch_k % kChunk == 0) {
-    // The next GEMV's CTAs, as it will lay them out (same rows, default CTAs per multiprocessor).
-    const Layout next = LayoutFor(g.m, p.prefetch_n, p.prefetch_k, 0);
-    const int64_t range = next.rows_per_block * p.prefetch_k * 2;
-    a.prefetch = static_cast<const char*>(p.prefetch_w);
-    a.prefetch_stride = range;
-    a.prefetch_ctas = static_cast<int>(next.grid - 1);  // the last range may be short
-    a.prefetch_bytes = static_cast<int>(
-        std::min(range, p.prefetch_bytes / std::max<int64_t>(1, next.grid)) & ~int64_t{15});
-  }
   const auto s = static_cast<cudaStream_t>(stream);
-  const int gi = static_cast<int>(grid);
   if (g.out_dtype == DType::kF32) {
-    return g.m == 1 ? DispatchInput<1, float>(p.input, a, gi, smem, s)
-                    : DispatchInput<2, float>(p.input, a, gi, smem, s);
+    return g.m == 1 ? DispatchInput<1, float>(p, a, s) : DispatchInput<2, float>(p, a, s);
   }
-  return g.m == 1 ? DispatchInput<1, bf16>(p.input, a, gi, smem, s)
-                  : DispatchInput<2, bf16>(p.input, a, gi, smem, s);
+  return g.m == 1 ? DispatchInput<1, bf16>(p, a, s) : DispatchInput<2, bf16>(p, a, s);
 }
 
 }  // namespace dinfer::kernels::cuda

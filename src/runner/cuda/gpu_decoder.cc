@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <numeric>
 
 #include "backend/cuda/device.h"
@@ -177,9 +176,6 @@ Status GpuDecoder::Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_s
       max_split_cells <= max_split_cells_) {
     return OkStatus();
   }
-  if (const char* e = std::getenv("DINFER_GEMV_PREFETCH_MB")) {
-    prefetch_bytes_ = std::atoll(e) << 20;
-  }
   max_tokens = std::max(max_tokens, max_tokens_);
   max_logits = std::max(max_logits, max_logits_);
   max_split_cells = std::max(max_split_cells, max_split_cells_);
@@ -233,7 +229,7 @@ Status GpuDecoder::Gemm(const void* x, const DeviceTensor& w, void* y, int64_t m
 }
 
 Status GpuDecoder::StagedGemv(kc::GemvFusedParams f, const DeviceTensor& w, void* y, int64_t m,
-                              DType out, const DeviceTensor* next, void* stream) {
+                              DType out, void* stream) {
   f.gemm.w = w.data();
   f.gemm.y = y;
   f.gemm.m = m;
@@ -243,19 +239,12 @@ Status GpuDecoder::StagedGemv(kc::GemvFusedParams f, const DeviceTensor& w, void
   f.gemm.ldy = f.gemm.n;
   f.gemm.in_dtype = dtype_;
   f.gemm.out_dtype = out;
-  if (next != nullptr) {
-    f.prefetch_w = next->data();
-    f.prefetch_n = next->view().dim(0);
-    f.prefetch_k = next->view().dim(1);
-    f.prefetch_bytes = prefetch_bytes_;
-  }
   return cuda::CudaStatus(kc::GemvFused(f, stream), "staged GEMV");
 }
 
 Status GpuDecoder::NormGemv(float*& residual, const void* add, const float* add_bias,
                             const DeviceTensor& norm_weight, const DeviceTensor& w, void* y,
-                            int64_t m, DType out, const int32_t* rows_index,
-                            const DeviceTensor* next, void* stream) {
+                            int64_t m, DType out, const int32_t* rows_index, void* stream) {
   kc::GemvFusedParams f;
   f.input = kc::GemvInput::kRmsNorm;
   f.residual = residual;
@@ -268,7 +257,7 @@ Status GpuDecoder::NormGemv(float*& residual, const void* add, const float* add_
   f.norm_weight = norm_weight.as<float>();
   f.eps = static_cast<float>(config_.rms_norm_eps);
   f.weight_offset = norm_weight_offset_;
-  DINFER_RETURN_IF_ERROR(StagedGemv(f, w, y, m, out, next, stream));
+  DINFER_RETURN_IF_ERROR(StagedGemv(f, w, y, m, out, stream));
   if (f.residual_out != nullptr) residual = other;
   return OkStatus();
 }
@@ -369,7 +358,7 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
     const Layer& l = layers_[i];
     if (fused) {
       DINFER_RETURN_IF_ERROR(NormGemv(residual, i == 0 ? nullptr : branch_, nullptr, l.input_norm,
-                                      l.qkv, qkv_buf_, n, dtype_, nullptr, &l.o, stream));
+                                      l.qkv, qkv_buf_, n, dtype_, nullptr, stream));
     } else {
       norm.add = i == 0 ? nullptr : branch_;
       norm.add_bias = nullptr;  // the add is the previous MLP's output, which has no bias
@@ -393,17 +382,14 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
       kc::GemvFusedParams o;
       o.gemm.x = attn_;
       o.gemm.ldx = q_dim;
-      DINFER_RETURN_IF_ERROR(StagedGemv(o, l.o, branch_, n, dtype_, &l.gate_up, stream));
+      DINFER_RETURN_IF_ERROR(StagedGemv(o, l.o, branch_, n, dtype_, stream));
       DINFER_RETURN_IF_ERROR(NormGemv(residual, branch_, o_bias, l.post_norm, l.gate_up, gate_up_,
-                                      n, dtype_, nullptr, &l.down, stream));
+                                      n, dtype_, nullptr, stream));
       kc::GemvFusedParams down;
       down.input = kc::GemvInput::kSiluMul;
       down.gemm.x = gate_up_;
       down.gemm.ldx = 2 * inter;
-      const DeviceTensor* next = i + 1 < layers_.size() ? &layers_[i + 1].qkv
-                                 : lm_head_             ? &*lm_head_
-                                                        : &embed_;
-      DINFER_RETURN_IF_ERROR(StagedGemv(down, l.down, branch_, n, dtype_, next, stream));
+      DINFER_RETURN_IF_ERROR(StagedGemv(down, l.down, branch_, n, dtype_, stream));
       continue;
     }
     DINFER_RETURN_IF_ERROR(Gemm(attn_, l.o, branch_, n, dtype_, stream));
@@ -417,7 +403,7 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
   }
   if (fused) {
     return NormGemv(residual, branch_, nullptr, final_norm_, lm_head_ ? *lm_head_ : embed_, logits,
-                    step.num_logits, DType::kF32, step.logits_rows, nullptr, stream);
+                    step.num_logits, DType::kF32, step.logits_rows, stream);
   }
   kc::RmsNormParams final_norm = norm;
   final_norm.add = branch_;

@@ -91,18 +91,14 @@ class GpuDecoder {
   // received the sums.
   Status NormGemv(float*& residual, const void* add, const float* add_bias,
                   const cuda::DeviceTensor& norm_weight, const cuda::DeviceTensor& w, void* y,
-                  int64_t m, DType out, const int32_t* rows_index, const cuda::DeviceTensor* next,
-                  void* stream);
-  // The staged GEMV y = f(x) · wᵀ (f and x set in `f`), prefetching the start of `next` (the
-  // weights of the GEMV after it) into L2.
+                  int64_t m, DType out, const int32_t* rows_index, void* stream);
+  // The staged GEMV y = f(x) · wᵀ, f and x as set in `f`.
   Status StagedGemv(kernels::cuda::GemvFusedParams f, const cuda::DeviceTensor& w, void* y,
-                    int64_t m, DType out, const cuda::DeviceTensor* next, void* stream);
+                    int64_t m, DType out, void* stream);
 
   ModelConfig config_;
   DType dtype_;
   float norm_weight_offset_ = 0.0f;
-  // Bytes of the next weights each decode GEMV prefetches into L2 (of the 60 MB on H200).
-  int64_t prefetch_bytes_ = int64_t{32} << 20;
   float embed_scale_ = 1.0f;
   float attn_scale_ = 1.0f, softcap_ = 0.0f;
   cuda::DeviceTensor embed_, final_norm_, inv_freq_;
