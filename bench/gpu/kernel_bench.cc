@@ -88,7 +88,23 @@ Status GemmRows(const cuda::Stream& s, Table& t) {
                                  (impl == kc::GemmImpl::kGemv ? " gemv" : " cublaslt");
         t.Add(name, ms, m <= 8 ? static_cast<double>(w_bytes) : 0.0,
               m <= 8 ? 0.0 : 2.0 * m * sh.n * sh.k);
-        if (m != 1 || impl != kc::GemmImpl::kGemv) continue;
+        if (m > kc::kGemvFusedMaxRows || impl != kc::GemmImpl::kGemv) continue;
+        // The staged GEMV (plain input) at a few CTAs per multiprocessor.
+        for (int per_sm : {1, 2, 3, 4}) {
+          kc::GemvFusedParams f;
+          f.gemm = p;
+          f.blocks_per_sm = per_sm;
+          if (!kc::GemvFusedSupports(f)) break;
+          DINFER_ASSIGN_OR_RETURN(double sms, TimeMs(s, 3, 20, [&] {
+                                    f.gemm.w =
+                                        static_cast<char*>(w.data()) + (i++ % copies) * w_bytes;
+                                    return cuda::CudaStatus(kc::GemvFused(f, s.get()), "staged");
+                                  }));
+          t.Add(std::string("gemm ") + sh.name + " m=" + std::to_string(m) +
+                    " staged ctas/sm=" + std::to_string(per_sm),
+                sms, static_cast<double>(w_bytes), 0.0);
+        }
+        if (m != 1) continue;
         // The other GEMV tilings, against the default above.
         for (kc::GemvTiling tiling : {kc::GemvTiling{2, 4, 1}, kc::GemvTiling{2, 4, 2},
                                       kc::GemvTiling{2, 4, 4}, kc::GemvTiling{1, 8, 4}}) {

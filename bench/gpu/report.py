@@ -32,7 +32,7 @@ def main():
                    "Llama-3.1-8B's shape (bf16) side by side with HF transformers",
            "rerun": "scripts/gpu OUTDIR (on the GPU machine; see scripts/gpu)",
            "commit": commit}
-    for name in ("summary", "kernels", "model", "hf"):
+    for name in ("summary", "kernels", "model", "hf", "startup"):
         data = load(os.path.join(outdir, name + ".json"))
         if data is not None:
             res[name] = data
@@ -49,6 +49,8 @@ def main():
     if "decode_b1" in model and "decode_b1" in hf:
         keys["decode_b1_tok_s"] = model["decode_b1"]["tok_s"]
         keys["transformers_decode_b1_tok_s"] = hf["decode_b1"]["tok_s"]
+    if "startup_s" in (res.get("startup") or {}):
+        keys["startup_s"] = res["startup"]["startup_s"]
     if "prefill_8x2048" in hf:
         keys["transformers_prefill_tflops"] = hf["prefill_8x2048"]["tflops"]
     res["keys"] = keys

@@ -2,6 +2,7 @@
 // GEMV kernel for a few rows, against a double-precision product of the same (rounded) inputs.
 #include "kernels/cuda/gemm.h"
 #include "gpu_test_util.h"
+#include "kernels/cpu/ops.h"
 
 namespace dinfer {
 namespace {
@@ -69,6 +70,129 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{8, 999, 2048, DType::kBF16, DType::kF32, I::kGemv},
                       GemmCase{5, 257, 4104, DType::kBF16, DType::kBF16, I::kGemv},
                       GemmCase{4, 512, 1024, DType::kBF16, DType::kBF16, I::kAuto}));
+
+// The staged GEMV with its input made in front of it (RMSNorm of the residual sum, SiLU·mul, or
+// the plain input), against the CPU reference ops and a double-precision product of their output
+// rounded to bf16 as the unfused kernels store it.
+struct FusedCase {
+  int64_t m, n, k;
+  kc::GemvInput input;
+  DType out;
+  bool gather;  // RMSNorm rows picked by rows_index (the final norm), no residual written
+};
+
+std::ostream& operator<<(std::ostream& os, const FusedCase& c) {
+  return os << c.m << "x" << c.n << "x" << c.k << " input " << static_cast<int>(c.input) << " -> "
+            << DTypeName(c.out) << (c.gather ? " gather" : "");
+}
+
+class GemvFusedTest : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(GemvFusedTest, MatchesUnfusedReference) {
+  SKIP_WITHOUT_GPU();
+  const FusedCase tc = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(tc.m * 7 + tc.n * 3 + tc.k + static_cast<int>(tc.input)));
+  const int64_t res_rows = 3;
+  auto w =
+      RoundTo(DType::kBF16, Random(tc.n * tc.k, rng, 1.0f / std::sqrt(static_cast<float>(tc.k))));
+  auto in = RoundTo(DType::kBF16, Random(tc.m * 2 * tc.k, rng, 2.0f));  // plain / gate|up rows
+  auto residual = Random(res_rows * tc.k, rng);
+  auto add = RoundTo(DType::kBF16, Random(res_rows * tc.k, rng, 0.5f));
+  auto bias = Random(tc.k, rng, 0.1f);
+  auto norm_w = Random(tc.k, rng, 0.2f);
+  for (auto& v : norm_w) v += 1.0f;
+  const std::vector<int32_t> index = {2, 0};
+  const bool with_bias = !tc.gather;
+
+  // The input rows as the unfused ops would leave them in bf16.
+  std::vector<float> x(tc.m * tc.k), sums(res_rows * tc.k);
+  for (int64_t i = 0; i < res_rows * tc.k; ++i) {
+    sums[i] = residual[i] + add[i] + (with_bias ? bias[i % tc.k] : 0.0f);
+  }
+  if (tc.input == kc::GemvInput::kPlain) {
+    for (int64_t r = 0; r < tc.m; ++r) std::copy_n(&in[r * 2 * tc.k], tc.k, &x[r * tc.k]);
+  } else if (tc.input == kc::GemvInput::kSiluMul) {
+    kernels::cpu::SiluMulParams ref;
+    ref.gate = in.data();
+    ref.up = in.data() + tc.k;
+    ref.out = x.data();
+    ref.rows = tc.m;
+    ref.dim = tc.k;
+    ref.gate_stride = ref.up_stride = 2 * tc.k;
+    kernels::cpu::SiluMul(ref);
+  } else {
+    std::vector<float> rows(tc.m * tc.k);
+    for (int64_t r = 0; r < tc.m; ++r) {
+      std::copy_n(&sums[(tc.gather ? index[r] : r) * tc.k], tc.k, &rows[r * tc.k]);
+    }
+    kernels::cpu::RmsNormParams ref;
+    ref.x = rows.data();
+    ref.weight = norm_w.data();
+    ref.out = x.data();
+    ref.rows = tc.m;
+    ref.dim = tc.k;
+    ref.eps = 1e-5f;
+    ref.weight_offset = 0.25f;
+    kernels::cpu::RmsNormReference(ref);
+  }
+  x = RoundTo(DType::kBF16, x);
+  std::vector<float> want(tc.m * tc.n);
+  for (int64_t i = 0; i < tc.m; ++i) {
+    for (int64_t j = 0; j < tc.n; ++j) {
+      double s = 0;
+      for (int64_t l = 0; l < tc.k; ++l) s += double{x[i * tc.k + l]} * w[j * tc.k + l];
+      want[i * tc.n + j] = static_cast<float>(s);
+    }
+  }
+
+  auto d_w = Upload(w, DType::kBF16), d_in = Upload(in, DType::kBF16);
+  auto d_res = Upload(residual, DType::kF32), d_add = Upload(add, DType::kBF16);
+  auto d_bias = Upload(bias, DType::kF32), d_norm = Upload(norm_w, DType::kF32);
+  auto d_index = UploadRaw(index);
+  auto d_res_out = Poisoned(res_rows * tc.k, DType::kF32);
+  auto d_y = Poisoned(tc.m * tc.n, tc.out);
+  kc::GemvFusedParams p;
+  p.gemm.x = d_in.data();
+  p.gemm.ldx = 2 * tc.k;
+  p.gemm.w = d_w.data();
+  p.gemm.ldw = tc.k;
+  p.gemm.y = d_y.data();
+  p.gemm.ldy = tc.n;
+  p.gemm.m = tc.m;
+  p.gemm.n = tc.n;
+  p.gemm.k = tc.k;
+  p.gemm.out_dtype = tc.out;
+  p.input = tc.input;
+  p.residual = static_cast<const float*>(d_res.data());
+  p.add = d_add.data();
+  p.add_bias = with_bias ? static_cast<const float*>(d_bias.data()) : nullptr;
+  p.rows_index = tc.gather ? static_cast<const int32_t*>(d_index.data()) : nullptr;
+  const bool writes = tc.input == kc::GemvInput::kRmsNorm && !tc.gather;
+  p.residual_out = writes ? static_cast<float*>(d_res_out.data()) : nullptr;
+  p.norm_weight = static_cast<const float*>(d_norm.data());
+  p.eps = 1e-5f;
+  p.weight_offset = 0.25f;
+  ASSERT_TRUE(kc::GemvFusedSupports(p));
+  ASSERT_CUDA_OK(kc::GemvFused(p, nullptr));
+  // A few inputs may round to the other bf16 neighbour than the CPU's (f32 sums in another order).
+  const double tol = tc.out == DType::kF32 ? 1e-3 : Tolerance(tc.out);
+  EXPECT_LE(RelError(Download(d_y, tc.m * tc.n, tc.out), RoundTo(tc.out, want)), tol);
+  if (writes) {
+    const auto got = Download(d_res_out, res_rows * tc.k, DType::kF32);
+    for (int64_t i = 0; i < tc.m * tc.k; ++i) ASSERT_EQ(got[i], sums[i]) << i;
+  }
+}
+
+using In = kc::GemvInput;
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemvFusedTest,
+    ::testing::Values(FusedCase{1, 4096, 4096, In::kPlain, DType::kBF16, false},
+                      FusedCase{2, 1000, 2048, In::kPlain, DType::kF32, false},
+                      FusedCase{1, 6144, 4096, In::kRmsNorm, DType::kBF16, false},
+                      FusedCase{2, 777, 2048, In::kRmsNorm, DType::kBF16, false},
+                      FusedCase{2, 20001, 2048, In::kRmsNorm, DType::kF32, true},
+                      FusedCase{1, 4096, 14336, In::kSiluMul, DType::kBF16, false},
+                      FusedCase{2, 300, 6144, In::kSiluMul, DType::kBF16, false}));
 
 }  // namespace
 }  // namespace dinfer

@@ -114,6 +114,17 @@ Status GemmRunner::Run(const GemmParams& p, void* stream, GemmImpl impl) {
   }
   const bool gemv = impl == GemmImpl::kGemv ||
                     (impl == GemmImpl::kAuto && p.m <= kGemvAutoMaxRows && GemvSupports(p));
+  if (impl == GemmImpl::kAuto && p.m <= kGemvFusedMaxRows) {
+    GemvFusedParams staged;
+    staged.gemm = p;
+    if (GemvFusedSupports(staged)) {
+      const int e = GemvFused(staged, stream);
+      if (e != 0) {
+        return Internal("GEMV launch: {}", cudaGetErrorString(static_cast<cudaError_t>(e)));
+      }
+      return OkStatus();
+    }
+  }
   if (gemv) {
     if (!GemvSupports(p)) return InvalidArgument("GEMV does not take m={} k={}", p.m, p.k);
     const int e = Gemv(p, stream);

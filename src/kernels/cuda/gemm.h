@@ -25,6 +25,8 @@ struct GemmParams {
   DType out_dtype = DType::kBF16;  // f32 or bf16
 };
 
+// kAuto: for up to kGemvAutoMaxRows rows the staged GEMV (GemvFused, kPlain) where it applies,
+// else the GEMV; cuBLASLt beyond. kGemv: the GEMV kernel below, whatever the shape.
 enum class GemmImpl { kAuto, kCublasLt, kGemv };
 
 // The GEMV kernel on its own: bf16 x and w, m <= kGemvMaxRows, k a multiple of 8.
@@ -40,6 +42,33 @@ struct GemvTiling {
   int cols = 0, unroll = 4, split = 4;
 };
 int Gemv(const GemmParams& p, void* stream, GemvTiling tiling = {});
+
+// The decode GEMV with its input staged in shared memory (gemv_fused.cu), optionally made by the
+// op before it in the same kernel: y = f(x) · wᵀ for m <= kGemvFusedMaxRows rows, bf16 weights,
+// k a multiple of 2,048, contiguous weight rows (ldw == k), f32 or bf16 output.
+//   kPlain:   f(x) = x, as Gemv.
+//   kSiluMul: f(x)[r] = silu(x[r, 0:k]) * x[r, k:2k] (gate and up halves of one row, ldx >= 2k),
+//             rounded to bf16 as SiluMul stores it.
+//   kRmsNorm: f(x)[r] = RmsNorm (elementwise.h) of residual[i] + add[i] (+ add_bias), with
+//             i = rows_index ? rows_index[r] : r, rounded to bf16; gemm.x is unused. When
+//             residual_out is set (with add; it must not alias residual), it receives the sums.
+enum class GemvInput { kPlain, kRmsNorm, kSiluMul };
+inline constexpr int64_t kGemvFusedMaxRows = 2;
+struct GemvFusedParams {
+  GemmParams gemm;
+  GemvInput input = GemvInput::kPlain;
+  const float* residual = nullptr;      // [*, k] f32
+  const void* add = nullptr;            // [*, k] bf16, optional
+  const float* add_bias = nullptr;      // [k], optional (with add)
+  const int32_t* rows_index = nullptr;  // [m], optional
+  float* residual_out = nullptr;        // [*, k] f32, optional
+  const float* norm_weight = nullptr;   // [k]
+  float eps = 1e-6f, weight_offset = 0.0f;
+  int blocks_per_sm =
+      0;  // CTAs per multiprocessor; 0: the default (3, fewer where they do not fit)
+};
+bool GemvFusedSupports(const GemvFusedParams& p);
+int GemvFused(const GemvFusedParams& p, void* stream);
 
 class GemmRunner {
  public:

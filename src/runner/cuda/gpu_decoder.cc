@@ -183,10 +183,10 @@ Status GpuDecoder::Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_s
   const int64_t e = ElemBytes(dtype_), h = c.hidden_size, inter = c.intermediate_size;
   const int64_t q_dim = c.num_heads * c.head_dim, kv = kv_dim();
   const int64_t sizes[] = {
-      max_tokens * h * 4,     max_tokens * h * e, max_tokens * (q_dim + 2 * kv) * e,
-      max_tokens * q_dim * e, max_tokens * h * e, max_tokens * 2 * inter * e,
-      max_tokens * inter * e, max_logits * h * e, max_split_cells * c.head_dim * 4,
-      max_split_cells * 2 * 4};
+      max_tokens * h * 4,      max_tokens * h * e,           max_tokens * (q_dim + 2 * kv) * e,
+      max_tokens * q_dim * e,  max_tokens * h * e,           max_tokens * 2 * inter * e,
+      max_tokens * inter * e,  max_logits * h * e,           max_split_cells * c.head_dim * 4,
+      max_split_cells * 2 * 4, kc::kGemvFusedMaxRows * h * 4};
   size_t total = 0;
   for (int64_t s : sizes) total += static_cast<size_t>(s) + cuda::DeviceArena::kAlignment;
   DINFER_ASSIGN_OR_RETURN(arena_, cuda::DeviceArena::Create(total));
@@ -204,6 +204,7 @@ Status GpuDecoder::Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_s
   last_ = ptrs[7];
   split_out_ = static_cast<float*>(ptrs[8]);
   split_stats_ = static_cast<float*>(ptrs[9]);
+  hidden_alt_ = static_cast<float*>(ptrs[10]);
   max_tokens_ = max_tokens;
   max_logits_ = max_logits;
   max_split_cells_ = max_split_cells;
@@ -225,6 +226,48 @@ Status GpuDecoder::Gemm(const void* x, const DeviceTensor& w, void* y, int64_t m
   p.in_dtype = dtype_;
   p.out_dtype = out;
   return gemm_->Run(p, stream);
+}
+
+Status GpuDecoder::StagedGemv(kc::GemvFusedParams f, const DeviceTensor& w, void* y, int64_t m,
+                              DType out, void* stream) {
+  f.gemm.w = w.data();
+  f.gemm.y = y;
+  f.gemm.m = m;
+  f.gemm.n = w.view().dim(0);
+  f.gemm.k = w.view().dim(1);
+  f.gemm.ldw = f.gemm.k;
+  f.gemm.ldy = f.gemm.n;
+  f.gemm.in_dtype = dtype_;
+  f.gemm.out_dtype = out;
+  return cuda::CudaStatus(kc::GemvFused(f, stream), "staged GEMV");
+}
+
+Status GpuDecoder::NormGemv(float*& residual, const void* add, const float* add_bias,
+                            const DeviceTensor& norm_weight, const DeviceTensor& w, void* y,
+                            int64_t m, DType out, const int32_t* rows_index, void* stream) {
+  kc::GemvFusedParams f;
+  f.input = kc::GemvInput::kRmsNorm;
+  f.residual = residual;
+  f.add = add;
+  f.add_bias = add_bias;
+  f.rows_index = rows_index;
+  // The sums go to the other residual buffer: the kernel's CTAs all read the old one.
+  float* other = residual == hidden_ ? hidden_alt_ : hidden_;
+  f.residual_out = add != nullptr && rows_index == nullptr ? other : nullptr;
+  f.norm_weight = norm_weight.as<float>();
+  f.eps = static_cast<float>(config_.rms_norm_eps);
+  f.weight_offset = norm_weight_offset_;
+  DINFER_RETURN_IF_ERROR(StagedGemv(f, w, y, m, out, stream));
+  if (f.residual_out != nullptr) residual = other;
+  return OkStatus();
+}
+
+bool GpuDecoder::FusedDecode(int64_t n) const {
+  const ModelConfig& c = config_;
+  const int64_t q_dim = c.num_heads * c.head_dim;
+  // The staged GEMV's shapes: every product of the layer reads rows of whole 2,048-element chunks.
+  return dtype_ == DType::kBF16 && n <= kc::kGemvFusedMaxRows && c.hidden_size % 2048 == 0 &&
+         c.intermediate_size % 2048 == 0 && q_dim % 2048 == 0;
 }
 
 Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* logits, void* stream) {
@@ -309,13 +352,20 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
   act.dim = inter;
   act.in_stride = 2 * inter;
 
+  const bool fused = FusedDecode(n);
+  float* residual = hidden_;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    norm.add = i == 0 ? nullptr : branch_;
-    norm.add_bias = nullptr;  // the add is the previous MLP's output, which has no bias
-    norm.weight = l.input_norm.as<float>();
-    DINFER_RETURN_IF_ERROR(check(kc::RmsNorm(norm, stream), "input norm"));
-    DINFER_RETURN_IF_ERROR(Gemm(normed_, l.qkv, qkv_buf_, n, dtype_, stream));
+    if (fused) {
+      DINFER_RETURN_IF_ERROR(NormGemv(residual, i == 0 ? nullptr : branch_, nullptr, l.input_norm,
+                                      l.qkv, qkv_buf_, n, dtype_, nullptr, stream));
+    } else {
+      norm.add = i == 0 ? nullptr : branch_;
+      norm.add_bias = nullptr;  // the add is the previous MLP's output, which has no bias
+      norm.weight = l.input_norm.as<float>();
+      DINFER_RETURN_IF_ERROR(check(kc::RmsNorm(norm, stream), "input norm"));
+      DINFER_RETURN_IF_ERROR(Gemm(normed_, l.qkv, qkv_buf_, n, dtype_, stream));
+    }
     qp.bias = l.qkv_bias ? l.qkv_bias->as<float>() : nullptr;
     qp.q_norm = l.q_norm ? l.q_norm->as<float>() : nullptr;
     qp.k_norm = l.k_norm ? l.k_norm->as<float>() : nullptr;
@@ -327,14 +377,33 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
     at.sliding_window = l.sliding_window;
     DINFER_RETURN_IF_ERROR(check(kc::AttentionRows(at, stream), "attention rows"));
     DINFER_RETURN_IF_ERROR(check(kc::AttentionPrefill(at, stream), "attention prefill"));
+    const float* o_bias = l.o_bias ? l.o_bias->as<float>() : nullptr;
+    if (fused) {
+      kc::GemvFusedParams o;
+      o.gemm.x = attn_;
+      o.gemm.ldx = q_dim;
+      DINFER_RETURN_IF_ERROR(StagedGemv(o, l.o, branch_, n, dtype_, stream));
+      DINFER_RETURN_IF_ERROR(NormGemv(residual, branch_, o_bias, l.post_norm, l.gate_up, gate_up_,
+                                      n, dtype_, nullptr, stream));
+      kc::GemvFusedParams down;
+      down.input = kc::GemvInput::kSiluMul;
+      down.gemm.x = gate_up_;
+      down.gemm.ldx = 2 * inter;
+      DINFER_RETURN_IF_ERROR(StagedGemv(down, l.down, branch_, n, dtype_, stream));
+      continue;
+    }
     DINFER_RETURN_IF_ERROR(Gemm(attn_, l.o, branch_, n, dtype_, stream));
     norm.add = branch_;
-    norm.add_bias = l.o_bias ? l.o_bias->as<float>() : nullptr;
+    norm.add_bias = o_bias;
     norm.weight = l.post_norm.as<float>();
     DINFER_RETURN_IF_ERROR(check(kc::RmsNorm(norm, stream), "post-attention norm"));
     DINFER_RETURN_IF_ERROR(Gemm(normed_, l.gate_up, gate_up_, n, dtype_, stream));
     DINFER_RETURN_IF_ERROR(check(kc::SiluMul(act, stream), "silu mul"));
     DINFER_RETURN_IF_ERROR(Gemm(act_, l.down, branch_, n, dtype_, stream));
+  }
+  if (fused) {
+    return NormGemv(residual, branch_, nullptr, final_norm_, lm_head_ ? *lm_head_ : embed_, logits,
+                    step.num_logits, DType::kF32, step.logits_rows, stream);
   }
   kc::RmsNormParams final_norm = norm;
   final_norm.add = branch_;

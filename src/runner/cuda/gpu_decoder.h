@@ -2,7 +2,8 @@
 // CUDA device. Weights are copied to the device as f32 or bf16, with q/k/v and gate/up fused into
 // one matrix each; activations are the weights' dtype except the residual stream (f32). A layer is
 // RMSNorm(+residual) → qkv GEMM → bias/qk-norm/rope/KV write → paged attention → o GEMM →
-// RMSNorm(+residual) → gate/up GEMM → SiLU·mul → down GEMM.
+// RMSNorm(+residual) → gate/up GEMM → SiLU·mul → down GEMM. Steps of one or two tokens in bf16
+// run each RMSNorm and the SiLU·mul inside the GEMV that reads their output (GemvFused).
 // The step's metadata (GpuStep) is device memory built by the runner once per step (the plan);
 // every layer reads it (the run). Activation buffers have fixed addresses (graph replay).
 // Thread-safety: Forward enqueues on one stream; one thread at a time.
@@ -84,6 +85,16 @@ class GpuDecoder {
   GpuDecoder(ModelConfig config, DType dtype) : config_(std::move(config)), dtype_(dtype) {}
   Status Gemm(const void* x, const cuda::DeviceTensor& w, void* y, int64_t m, DType out,
               void* stream);
+  // Decode steps of a few tokens fuse each RMSNorm (and the SiLU·mul) into the GEMV after it.
+  bool FusedDecode(int64_t num_tokens) const;
+  // RMSNorm(residual + add) fused into y = norm · wᵀ; `residual` moves to the buffer that
+  // received the sums.
+  Status NormGemv(float*& residual, const void* add, const float* add_bias,
+                  const cuda::DeviceTensor& norm_weight, const cuda::DeviceTensor& w, void* y,
+                  int64_t m, DType out, const int32_t* rows_index, void* stream);
+  // The staged GEMV y = f(x) · wᵀ, f and x as set in `f`.
+  Status StagedGemv(kernels::cuda::GemvFusedParams f, const cuda::DeviceTensor& w, void* y,
+                    int64_t m, DType out, void* stream);
 
   ModelConfig config_;
   DType dtype_;
@@ -99,6 +110,9 @@ class GpuDecoder {
   cuda::DeviceArena arena_;
   int64_t max_tokens_ = 0, max_logits_ = 0, max_split_cells_ = 0;
   float* hidden_ = nullptr;  // [max_tokens, hidden] f32 residual stream
+  // Fused decode steps alternate the residual stream between hidden_ and this
+  // ([kGemvFusedMaxRows, hidden]).
+  float* hidden_alt_ = nullptr;
   void *normed_ = nullptr, *qkv_buf_ = nullptr, *attn_ = nullptr, *branch_ = nullptr;
   void *gate_up_ = nullptr, *act_ = nullptr, *last_ = nullptr;
   float *split_out_ = nullptr, *split_stats_ = nullptr;

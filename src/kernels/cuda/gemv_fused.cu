@@ -1,0 +1,313 @@
+// The decode GEMV with its input staged in shared memory, and the op that makes that input fused
+// in front of it (RMSNorm with the residual add, or SiLU·mul of the gate/up product): one kernel
+// launch instead of two, and no round trip of the activations through global memory.
+//
+// Work split: the grid is a few CTAs per multiprocessor; CTA b owns a contiguous range of
+// ceil(n / grid) weight rows, so every CTA streams the same number of bytes (the last one fewer)
+// whatever n is, with no second wave. A row is cut into chunks of 2,048 elements (256 threads ×
+// 8); a CTA walks its rows chunk by chunk through a ring of kStages chunks in shared memory
+// filled by cp.async (64 KB in flight per CTA without holding registers; an earlier version
+// with loads into registers kept too few bytes in flight and read at 0.4-0.7 of the bandwidth).
+// Since k is a multiple of the chunk, a chunk lies in one row: each warp reduces its share of a
+// row into shared memory and the CTA adds the 8 shares in a fixed order (deterministic). The first
+// batch of weights is requested before WaitForPrerequisites, while the kernel before still runs.
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/mma.cuh"
+
+namespace dinfer::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kChunk = kThreads * 8;
+constexpr int kStages = 16;  // chunks in flight per CTA (64 KB)
+// Measured in batch-1 decode of an 8B model on H200 (bench/gpu, graph replay): 1 CTA per
+// multiprocessor 0.55 of the roofline, 2 0.76, 3 0.77.
+constexpr int kDefaultBlocksPerSm = 3;
+constexpr size_t kMaxSmem = 200 * 1024;
+constexpr size_t kRingBytes = kStages * kChunk * 2;
+
+struct StagedArgs {
+  const bf16* x;
+  int64_t ldx;
+  const bf16* w;
+  int64_t ldw;
+  void* y;
+  int64_t ldy;
+  int n, k, rows_per_block;
+  const float* residual;
+  const bf16* add;
+  const float* add_bias;
+  const int32_t* rows_index;
+  float* residual_out;
+  const float* norm_weight;
+  float eps, weight_offset;
+};
+
+// Writes the M input rows (k elements each, bf16 as the unfused ops would store them) to xs.
+template <int M, GemvInput kIn>
+__device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs) {
+  const int t = threadIdx.x;
+  if constexpr (kIn == GemvInput::kPlain) {
+    for (int i = t * 8; i < a.k; i += kChunk) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        *reinterpret_cast<uint4*>(xs + m * a.k + i) =
+            *reinterpret_cast<const uint4*>(a.x + m * a.ldx + i);
+      }
+    }
+  } else if constexpr (kIn == GemvInput::kSiluMul) {
+    for (int i = t * 8; i < a.k; i += kChunk) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        float g[8], u[8], o[8];
+        LoadVec(a.x + m * a.ldx + i, g);
+        LoadVec(a.x + m * a.ldx + a.k + i, u);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[j] = g[j] / (1.0f + __expf(-g[j])) * u[j];
+        StoreVec(xs + m * a.k + i, o);
+      }
+    }
+  } else {
+    __shared__ float warp_ss[kWarps][M];
+    const float* rows[M];
+    const bf16* adds[M];
+    float* outs[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const int64_t i_row = a.rows_index != nullptr ? a.rows_index[m] : m;
+      rows[m] = a.residual + i_row * a.k;
+      adds[m] = a.add != nullptr ? a.add + i_row * a.k : nullptr;
+      outs[m] =
+          a.residual_out != nullptr && blockIdx.x == 0 ? a.residual_out + i_row * a.k : nullptr;
+    }
+    // x = residual (+ add + bias), 8 elements at a time.
+    auto sum_at = [&](int m, int i, float(&v)[8]) {
+      const float4 lo = *reinterpret_cast<const float4*>(rows[m] + i);
+      const float4 hi = *reinterpret_cast<const float4*>(rows[m] + i + 4);
+      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
+      v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+      if (adds[m] != nullptr) {
+        float d[8];
+        LoadVec(adds[m] + i, d);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] += d[j];
+        if (a.add_bias != nullptr) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] += a.add_bias[i + j];
+        }
+      }
+    };
+    float ss[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      ss[m] = 0.0f;
+      for (int i = t * 8; i < a.k; i += kChunk) {
+        float v[8];
+        sum_at(m, i, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ss[m] += v[j] * v[j];
+        if (outs[m] != nullptr) {
+          *reinterpret_cast<float4*>(outs[m] + i) = make_float4(v[0], v[1], v[2], v[3]);
+          *reinterpret_cast<float4*>(outs[m] + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        }
+      }
+      ss[m] = WarpSum(ss[m]);
+      if ((t & 31) == 0) warp_ss[t >> 5][m] = ss[m];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float total = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kWarps; ++q) total += warp_ss[q][m];
+      const float inv = rsqrtf(total / static_cast<float>(a.k) + a.eps);
+      for (int i = t * 8; i < a.k; i += kChunk) {
+        float v[8], o[8];
+        sum_at(m, i, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[j] = (v[j] * inv) * (a.norm_weight[i + j] + a.weight_offset);
+        StoreVec(xs + m * a.k + i, o);
+      }
+    }
+  }
+}
+
+template <int M, typename TOut, GemvInput kIn>
+__global__ void __launch_bounds__(kThreads, 2) GemvStagedKernel(StagedArgs a) {
+  extern __shared__ uint4 smem[];
+  bf16* ring = reinterpret_cast<bf16*>(smem);               // [kStages, kChunk]
+  bf16* xs = ring + kStages * kChunk;                       // [M, k]
+  float* partial = reinterpret_cast<float*>(xs + M * a.k);  // [rows_per_block, kWarps, M]
+  AllowDependents();
+  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  const int row0 = blockIdx.x * a.rows_per_block;
+  const int rows = max(0, min(a.n, row0 + a.rows_per_block) - row0);
+  const int cpr = a.k / kChunk;  // chunks per row
+  const int chunks = rows * cpr;
+  // Rows are contiguous (ldw == k): chunk c of this CTA starts c * kChunk elements in. Each
+  // thread copies, and later reads, its own 16 bytes of every chunk, so the ring needs no
+  // barrier: waiting for its own copies is enough.
+  const bf16* wb = a.w + static_cast<int64_t>(row0) * a.k + t * 8;
+  bf16* slot0 = ring + t * 8;
+  auto issue = [&](int c) {
+    const bool in = c < chunks;
+    CpAsync16(slot0 + (c % kStages) * kChunk, wb + static_cast<int64_t>(in ? c : 0) * kChunk, in);
+    CpAsyncCommit();
+  };
+#pragma unroll
+  for (int c = 0; c < kStages; ++c) issue(c);
+  WaitForPrerequisites();  // the input comes from the kernel before
+  StageInput<M, kIn>(a, xs);
+  __syncthreads();
+  // Control flow costs no memory parallelism here: the bytes in flight are in the ring.
+  for (int r = 0, c = 0; r < rows; ++r) {
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    for (int cc = 0; cc < cpr; ++cc, ++c) {
+      CpAsyncWait<kStages - 1>();  // chunk c has landed
+      const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c % kStages) * kChunk);
+      issue(c + kStages);  // into the slot just read
+      float wf[8];
+      const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wv);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(h[j]);
+        wf[2 * j] = f.x;
+        wf[2 * j + 1] = f.y;
+      }
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        float xf[8];
+        LoadVec(xs + m * a.k + cc * kChunk + t * 8, xf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[m] += wf[j] * xf[j];
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const float sum = WarpSum(acc[m]);
+      if (lane == 0) partial[(r * kWarps + warp) * M + m] = sum;
+    }
+  }
+  CpAsyncWait<0>();
+  __syncthreads();
+  for (int o = t; o < rows * M; o += kThreads) {
+    const int r = o / M, m = o % M;
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kWarps; ++q) s += partial[(r * kWarps + q) * M + m];
+    static_cast<TOut*>(a.y)[m * a.ldy + row0 + r] = FromFloat<TOut>(s);
+  }
+}
+
+int MultiprocessorCount() {
+  static const int count = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n > 0 ? n : 1;
+  }();
+  return count;
+}
+
+template <int M, typename TOut, GemvInput kIn>
+cudaError_t LaunchStaged(StagedArgs a, int64_t m, int64_t n, int64_t k, int blocks_per_sm,
+                         cudaStream_t stream) {
+  auto kernel = GemvStagedKernel<M, TOut, kIn>;
+  const size_t x_bytes = kRingBytes + static_cast<size_t>(m * k * 2);
+  const size_t row_bytes = static_cast<size_t>(kWarps * m * 4);
+  const int64_t max_rows = static_cast<int64_t>((kMaxSmem - x_bytes) / row_bytes);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxSmem));
+  if (e != cudaSuccess) return e;
+  // CTAs per multiprocessor as asked, fewer where they do not fit at once (one wave, no tail).
+  int64_t grid = 0, rows_per_block = 0;
+  size_t smem = 0;
+  for (int per_sm = blocks_per_sm > 0 ? blocks_per_sm : kDefaultBlocksPerSm; per_sm >= 1;
+       --per_sm) {
+    grid = std::min<int64_t>(n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
+    rows_per_block = std::min((n + grid - 1) / grid, max_rows);
+    grid = (n + rows_per_block - 1) / rows_per_block;
+    smem = x_bytes + static_cast<size_t>(rows_per_block) * row_bytes;
+    int fits = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, kernel, kThreads, smem);
+    if (e != cudaSuccess) return e;
+    if (fits >= per_sm) break;
+  }
+  a.rows_per_block = static_cast<int>(rows_per_block);
+  return LaunchDependent(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, stream,
+                         a);
+}
+
+template <int M, typename TOut>
+cudaError_t DispatchInput(const GemvFusedParams& p, const StagedArgs& a, cudaStream_t s) {
+  const GemmParams& g = p.gemm;
+  switch (p.input) {
+    case GemvInput::kPlain:
+      return LaunchStaged<M, TOut, GemvInput::kPlain>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
+    case GemvInput::kRmsNorm:
+      return LaunchStaged<M, TOut, GemvInput::kRmsNorm>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
+    case GemvInput::kSiluMul:
+      return LaunchStaged<M, TOut, GemvInput::kSiluMul>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+bool GemvFusedSupports(const GemvFusedParams& p) {
+  const GemmParams& g = p.gemm;
+  if (g.in_dtype != DType::kBF16 || (g.out_dtype != DType::kBF16 && g.out_dtype != DType::kF32))
+    return false;
+  if (g.m < 1 || g.m > kGemvFusedMaxRows || g.k % kChunk != 0 || g.ldw != g.k || !Aligned16(g.w) ||
+      g.n < 1 || g.n > (int64_t{1} << 30) || g.k > (int64_t{1} << 20)) {
+    return false;
+  }
+  if (kRingBytes + static_cast<size_t>(g.m * g.k * 2 + kWarps * g.m * 4) > kMaxSmem) return false;
+  switch (p.input) {
+    case GemvInput::kPlain:
+      return g.x != nullptr && g.ldx % 8 == 0 && Aligned16(g.x);
+    case GemvInput::kSiluMul:
+      return g.x != nullptr && g.ldx % 8 == 0 && g.ldx >= 2 * g.k && Aligned16(g.x);
+    case GemvInput::kRmsNorm:
+      return p.residual != nullptr && p.norm_weight != nullptr && Aligned16(p.residual) &&
+             (p.add == nullptr || Aligned16(p.add)) &&
+             (p.residual_out == nullptr ||
+              (p.add != nullptr && p.residual_out != p.residual && Aligned16(p.residual_out)));
+  }
+  return false;
+}
+
+int GemvFused(const GemvFusedParams& p, void* stream) {
+  if (!GemvFusedSupports(p)) return cudaErrorInvalidValue;
+  const GemmParams& g = p.gemm;
+  StagedArgs a;
+  a.x = static_cast<const bf16*>(g.x);
+  a.ldx = g.ldx;
+  a.w = static_cast<const bf16*>(g.w);
+  a.ldw = g.ldw;
+  a.y = g.y;
+  a.ldy = g.ldy;
+  a.n = static_cast<int>(g.n);
+  a.k = static_cast<int>(g.k);
+  a.rows_per_block = 0;
+  a.residual = p.residual;
+  a.add = static_cast<const bf16*>(p.add);
+  a.add_bias = p.add_bias;
+  a.rows_index = p.rows_index;
+  a.residual_out = p.residual_out;
+  a.norm_weight = p.norm_weight;
+  a.eps = p.eps;
+  a.weight_offset = p.weight_offset;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (g.out_dtype == DType::kF32) {
+    return g.m == 1 ? DispatchInput<1, float>(p, a, s) : DispatchInput<2, float>(p, a, s);
+  }
+  return g.m == 1 ? DispatchInput<1, bf16>(p, a, s) : DispatchInput<2, bf16>(p, a, s);
+}
+
+}  // namespace dinfer::kernels::cuda

@@ -1,0 +1,152 @@
+// Decode steps of a bf16 model whose widths take the fused path (each RMSNorm and the SiLU·mul run
+// inside the staged GEMV after them, the residual stream alternating between two buffers):
+// logits of GpuRunner against the CPU runner on a random Llama written as a safetensors
+// checkpoint (hidden 2048, MLP 4096, 16 query / 4 KV heads of 128, 2 layers). Skipped without a
+// GPU.
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "gpu_test_util.h"
+#include "model/layers/decoder.h"
+#include "model/loader.h"
+#include "runner/cuda/gpu_runner.h"
+#include "runner/model_runner.h"
+
+namespace dinfer {
+namespace {
+
+using namespace gpu_test;
+namespace fs = std::filesystem;
+
+constexpr int64_t kHidden = 2048, kInter = 4096, kHeads = 16, kKvHeads = 4, kHeadDim = 128,
+                  kVocab = 512, kLayers = 2;
+
+// A random bf16 Llama checkpoint of the widths above, in a fresh directory.
+std::string WriteModel() {
+  const fs::path dir = fs::temp_directory_path() / ("dinfer_fused_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json")
+      << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": )"
+      << kHidden << R"(, "intermediate_size": )" << kInter << R"(, "num_attention_heads": )"
+      << kHeads << R"(, "num_key_value_heads": )" << kKvHeads << R"(, "head_dim": )" << kHeadDim
+      << R"(, "num_hidden_layers": )" << kLayers << R"(, "vocab_size": )" << kVocab
+      << R"(, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "max_position_embeddings": 256,)"
+      << R"( "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1,)"
+      << R"( "eos_token_id": 2})";
+  std::mt19937 rng(17);
+  std::string header = "{", data;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale, float offset) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    auto v = Random(static_cast<size_t>(n), rng, scale);
+    std::string bytes(static_cast<size_t>(n) * 2, '\0');
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t b = F32ToBf16(v[i] + offset);
+      std::memcpy(&bytes[static_cast<size_t>(i) * 2], &b, 2);
+    }
+    std::string dims;
+    for (int64_t d : shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    if (header.size() > 1) header += ",";
+    header += "\"" + name + "\":{\"dtype\":\"BF16\",\"shape\":[" + dims + "],\"data_offsets\":[" +
+              std::to_string(data.size()) + "," + std::to_string(data.size() + bytes.size()) + "]}";
+    data += bytes;
+  };
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(kHidden));
+  add("model.embed_tokens.weight", {kVocab, kHidden}, 1.0f, 0.0f);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {kHidden}, 0.1f, 1.0f);
+    add(p + "post_attention_layernorm.weight", {kHidden}, 0.1f, 1.0f);
+    add(p + "self_attn.q_proj.weight", {kHeads * kHeadDim, kHidden}, in_scale, 0.0f);
+    add(p + "self_attn.k_proj.weight", {kKvHeads * kHeadDim, kHidden}, in_scale, 0.0f);
+    add(p + "self_attn.v_proj.weight", {kKvHeads * kHeadDim, kHidden}, in_scale, 0.0f);
+    add(p + "self_attn.o_proj.weight", {kHidden, kHeads * kHeadDim}, in_scale, 0.0f);
+    add(p + "mlp.gate_proj.weight", {kInter, kHidden}, in_scale, 0.0f);
+    add(p + "mlp.up_proj.weight", {kInter, kHidden}, in_scale, 0.0f);
+    add(p + "mlp.down_proj.weight", {kHidden, kInter}, 1.0f / std::sqrt(float{kInter}), 0.0f);
+  }
+  add("model.norm.weight", {kHidden}, 0.1f, 1.0f);
+  add("lm_head.weight", {kVocab, kHidden}, in_scale, 0.0f);
+  header += "}";
+  std::string len(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(len.data(), &n, 8);
+  std::ofstream(dir / "model.safetensors", std::ios::binary) << len << header << data;
+  return dir.string();
+}
+
+double RowRelError(const float* got, const float* want, int64_t n) {
+  double max_diff = 0, max_ref = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    max_diff = std::max(max_diff, std::fabs(double{got[i]} - want[i]));
+    max_ref = std::max(max_ref, std::fabs(double{want[i]}));
+  }
+  return max_diff / std::max(max_ref, 1e-30);
+}
+
+TEST(GpuFusedDecodeTest, LogitsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = WriteModel();
+  auto lm = LoadModel(dir, LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  const std::vector<int32_t> prompt = {5, 77, 300, 12, 9, 411, 64, 3};
+  const std::vector<int32_t> decode = {100, 7, 255, 42, 1, 500};
+  std::vector<int32_t> table(4);
+  std::iota(table.begin(), table.end(), 0);
+  std::reverse(table.begin(), table.end());
+  // Prompt (last logits row), then one decode step per token.
+  auto run = [&](auto&& exec) {
+    std::vector<float> rows;
+    SeqChunk prefill{prompt, 0, table, SeqChunk::Logits::kLast};
+    auto l = exec(std::span(&prefill, 1));
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    if (!l.ok()) return rows;
+    rows.insert(rows.end(), l->template as<float>(), l->template as<float>() + kVocab);
+    int64_t pos = static_cast<int64_t>(prompt.size());
+    for (size_t i = 0; i < decode.size(); ++i, ++pos) {
+      SeqChunk step{std::span(&decode[i], 1), pos, table, SeqChunk::Logits::kLast};
+      auto r = exec(std::span(&step, 1));
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (!r.ok()) return rows;
+      rows.insert(rows.end(), r->template as<float>(), r->template as<float>() + kVocab);
+    }
+    return rows;
+  };
+  RunnerOptions ro;
+  ro.block_size = 16;
+  ro.num_blocks = 4;
+  ro.threads = 2;
+  ModelRunner cpu(*lm->model, ro);
+  const auto cpu_rows = run([&](auto c) { return cpu.Execute(c); });
+
+  const auto* decoder = dynamic_cast<const layers::DecoderModel*>(lm->model.get());
+  ASSERT_NE(decoder, nullptr);
+  auto gpu_model = GpuDecoder::Upload(*decoder, DType::kBF16);
+  ASSERT_TRUE(gpu_model.ok()) << gpu_model.status().ToString();
+  GpuRunnerOptions go;
+  go.num_blocks = 4;
+  go.block_size = 16;
+  go.max_seq_len = 64;
+  go.max_num_tokens = 64;
+  go.max_num_seqs = 2;
+  auto gpu = GpuRunner::Create(std::move(*gpu_model), go);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  const auto gpu_rows = run([&](auto c) { return (*gpu)->Execute(c); });
+  const size_t rows = 1 + decode.size();
+  ASSERT_EQ(cpu_rows.size(), rows * kVocab);
+  ASSERT_EQ(gpu_rows.size(), rows * kVocab);
+  EXPECT_GE((*gpu)->graphs_captured(), 1u);
+  for (size_t r = 0; r < rows; ++r) {
+    EXPECT_LE(RowRelError(&gpu_rows[r * kVocab], &cpu_rows[r * kVocab], kVocab), 3e-2)
+        << "row " << r;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dinfer
