@@ -1,9 +1,11 @@
 // The kernel speed table: each CUDA kernel on the shapes of an 8B Llama (hidden 4096, 32 query /
 // 8 KV heads of 128, MLP 14336, vocabulary 128256), as GB/s against the measured read bandwidth
-// or TFLOP/s against the measured bf16 matrix rate. Inputs larger than the L2 cache, or rotated
-// among copies that together are, so that timings are of HBM.
+// or TFLOP/s against the measured bf16 matrix rate (FP8 products: against twice that, the
+// datasheet's FP8 : bf16 ratio, and against the 8192³ FP8 product measured here). Inputs larger
+// than the L2 cache, or rotated among copies that together are, so that timings are of HBM.
 #include <cstdio>
 #include <numeric>
+#include <utility>
 
 #include "bench/gpu/bench_common.h"
 #include "kernels/cuda/attention.h"
@@ -22,7 +24,8 @@ constexpr int64_t kRotateBytes = int64_t{256} << 20;  // several times the 60 MB
 struct Table {
   const Limits& limits;
   json::array rows;
-  void Add(const std::string& name, double ms, double bytes, double flops) {
+  void Add(const std::string& name, double ms, double bytes, double flops, bool fp8 = false) {
+    const double peak = fp8 ? 2 * limits.bf16_tflops : limits.bf16_tflops;
     json::object o{{"name", name}, {"ms", ms}};
     if (bytes > 0) {
       const double gbs = bytes / ms / 1e6;
@@ -32,15 +35,15 @@ struct Table {
     if (flops > 0) {
       const double tflops = flops / ms / 1e9;
       o["tflops"] = tflops;
-      o["fraction_of_gemm_peak"] = tflops / limits.bf16_tflops;
+      o[fp8 ? "fraction_of_2x_bf16_peak" : "fraction_of_gemm_peak"] = tflops / peak;
     }
     std::printf("%-44s %9.4f ms", name.c_str(), ms);
     if (bytes > 0)
       std::printf("  %7.0f GB/s (%.3f of read)", bytes / ms / 1e6,
                   bytes / ms / 1e6 / limits.read_gbs);
     if (flops > 0)
-      std::printf("  %6.1f TFLOP/s (%.3f of GEMM)", flops / ms / 1e9,
-                  flops / ms / 1e9 / limits.bf16_tflops);
+      std::printf("  %6.1f TFLOP/s (%.3f of %s)", flops / ms / 1e9, flops / ms / 1e9 / peak,
+                  fp8 ? "2x bf16 GEMM" : "GEMM");
     std::printf("\n");
     rows.push_back(std::move(o));
   }
@@ -122,10 +125,117 @@ Status GemmRows(const cuda::Stream& s, Table& t) {
   return OkStatus();
 }
 
+// FP8 products through cuBLASLt (e4m3 x and w, bf16 out) with each kind of scales, on the 8B
+// shapes and on 8192³ (the FP8 rate this GPU reaches through cuBLASLt); also the activation
+// quantization that feeds them.
+Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
+  DINFER_ASSIGN_OR_RETURN(auto gemm, kc::GemmRunner::Create());
+  struct Shape {
+    const char* name;
+    int64_t m, n, k;
+  };
+  const int64_t max_m = 16384, big = 8192;
+  std::vector<Shape> shapes;
+  for (int64_t m : {int64_t{128}, int64_t{2048}, max_m}) {
+    shapes.push_back({"qkv", m, kHidden + 2 * kKvHeads * kHeadDim, kHidden});
+    shapes.push_back({"o", m, kHidden, kHidden});
+    shapes.push_back({"gate_up", m, 2 * kInter, kHidden});
+    shapes.push_back({"down", m, kHidden, kInter});
+  }
+  shapes.push_back({"square", big, big, big});
+  const int64_t max_k = kInter;
+  DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer x, RandomBuffer(max_m * max_k, DType::kBF16, 20));
+  DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer x8, cuda::DeviceBuffer::Allocate(max_m * max_k));
+  DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer y,
+                          cuda::DeviceBuffer::Allocate(max_m * 2 * kInter * 2));
+  // Scales of 1/64 everywhere: the timings do not depend on their values.
+  const int64_t max_scales = std::max(max_m * (max_k / 128), int64_t{2} * kInter);
+  DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer x_scale,
+                          cuda::DeviceBuffer::Allocate(max_scales * sizeof(float)));
+  DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer w_scale,
+                          cuda::DeviceBuffer::Allocate(max_scales * sizeof(float)));
+  const std::vector<float> ones(max_scales, 1.0f / 64);
+  DINFER_RETURN_IF_ERROR(x_scale.CopyFromHost(ones.data(), ones.size() * sizeof(float)));
+  DINFER_RETURN_IF_ERROR(w_scale.CopyFromHost(ones.data(), ones.size() * sizeof(float)));
+  for (auto [scaling, label] : {std::pair{kc::Fp8Scaling::kTensor, "tensor"},
+                                std::pair{kc::Fp8Scaling::kChannel, "channel"},
+                                std::pair{kc::Fp8Scaling::kBlock128, "block128"}}) {
+    kc::Fp8QuantizeParams q;
+    q.x = x.data();
+    q.ldx = q.k = kHidden;
+    q.m = max_m;
+    q.out = x8.data();
+    q.scaling = scaling;
+    q.scale = static_cast<float*>(x_scale.data());
+    DINFER_ASSIGN_OR_RETURN(double qms, TimeMs(s, 2, 10, [&] {
+                              return cuda::CudaStatus(kc::QuantizeFp8(q, s.get()), "quantize");
+                            }));
+    t.Add(std::string("fp8 quantize ") + label + " 16384x4096", qms, max_m * kHidden * 3.0, 0);
+    DINFER_RETURN_IF_ERROR(x_scale.CopyFromHost(ones.data(), ones.size() * sizeof(float)));
+  }
+  for (const Shape& sh : shapes) {
+    const int64_t w_bytes = sh.n * sh.k;
+    const int64_t copies = std::max<int64_t>(1, (kRotateBytes + w_bytes - 1) / w_bytes);
+    DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer w, cuda::DeviceBuffer::Allocate(copies * w_bytes));
+    // The e4m3 bytes of the bf16 random inputs, quantized by a tensor scale of 1/64.
+    DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer w16, RandomBuffer(sh.n * sh.k, DType::kBF16, 21));
+    for (int64_t c = 0; c < copies; ++c) {
+      kc::Fp8QuantizeParams q;
+      q.x = w16.data();
+      q.ldx = q.k = sh.k;
+      q.m = sh.n;
+      q.out = static_cast<char*>(w.data()) + c * w_bytes;
+      q.scaling = kc::Fp8Scaling::kTensor;
+      q.scale = static_cast<float*>(w_scale.data());
+      DINFER_RETURN_IF_ERROR(cuda::CudaStatus(kc::QuantizeFp8(q, s.get()), "quantize"));
+    }
+    {
+      kc::Fp8QuantizeParams q;
+      q.x = x.data();
+      q.ldx = q.k = sh.k;
+      q.m = sh.m;
+      q.out = x8.data();
+      q.scaling = kc::Fp8Scaling::kTensor;
+      q.scale = static_cast<float*>(x_scale.data());
+      DINFER_RETURN_IF_ERROR(cuda::CudaStatus(kc::QuantizeFp8(q, s.get()), "quantize"));
+    }
+    for (auto [scaling, label] : {std::pair{kc::Fp8Scaling::kTensor, "tensor"},
+                                  std::pair{kc::Fp8Scaling::kChannel, "channel"},
+                                  std::pair{kc::Fp8Scaling::kBlock128, "block128"}}) {
+      if (sh.n == big && scaling != kc::Fp8Scaling::kTensor) continue;
+      int64_t i = 0;
+      kc::Fp8GemmParams p;
+      p.x = x8.data();
+      p.y = y.data();
+      p.m = sh.m;
+      p.n = sh.n;
+      p.k = sh.k;
+      p.ldx = p.ldw = sh.k;
+      p.ldy = sh.n;
+      p.scaling = scaling;
+      p.x_scale = static_cast<const float*>(x_scale.data());
+      p.w_scale = static_cast<const float*>(w_scale.data());
+      auto timed = TimeMs(s, 3, 20, [&] {
+        p.w = static_cast<char*>(w.data()) + (i++ % copies) * w_bytes;
+        return gemm->RunFp8(p, s.get());
+      });
+      const std::string name =
+          std::string("fp8 gemm ") + sh.name + " m=" + std::to_string(sh.m) + " " + label;
+      if (!timed.ok()) {  // a scaling cuBLASLt does not offer for this shape: say so, go on
+        std::printf("%-44s %s\n", name.c_str(), timed.status().ToString().c_str());
+        continue;
+      }
+      t.Add(name, *timed, 0.0, 2.0 * sh.m * sh.n * sh.k, true);
+    }
+  }
+  return OkStatus();
+}
+
 // Attention over `seqs` sequences of `ctx` cached keys each: decode (one query each, the rows
-// kernel) or a whole causal prompt (the prefill kernel).
+// kernel) or a whole causal prompt (the prefill kernel); fp8: an e4m3 cache (its bytes are
+// those of the random bf16 cache: the timings do not depend on the values).
 Status AttentionRows(const cuda::Stream& s, Table& t, int64_t seqs, int64_t ctx, bool prefill,
-                     int multiprocessors) {
+                     int multiprocessors, bool fp8 = false) {
   const int64_t bs = 16, blocks_per_seq = (ctx + bs - 1) / bs, kv_dim = kKvHeads * kHeadDim;
   const int64_t tokens = prefill ? seqs * ctx : seqs;
   const int64_t q_stride = kHeads * kHeadDim + 2 * kv_dim;
@@ -177,6 +287,7 @@ Status AttentionRows(const cuda::Stream& s, Table& t, int64_t seqs, int64_t ctx,
   p.out_stride = kHeads * kHeadDim;
   p.k_cache = kc_.data();
   p.v_cache = vc_.data();
+  p.kv_fp8 = fp8;
   p.block_size = bs;
   p.num_heads = kHeads;
   p.num_kv_heads = kKvHeads;
@@ -208,8 +319,9 @@ Status AttentionRows(const cuda::Stream& s, Table& t, int64_t seqs, int64_t ctx,
                           }));
   const std::string name = std::string(prefill ? "attention prefill " : "attention decode ") +
                            std::to_string(seqs) + "x" + std::to_string(ctx) +
-                           (prefill ? "" : " splits=" + std::to_string(p.num_splits));
-  const double kv_bytes = 2.0 * seqs * ctx * kv_dim * 2;
+                           (prefill ? "" : " splits=" + std::to_string(p.num_splits)) +
+                           (fp8 ? " fp8 kv" : "");
+  const double kv_bytes = 2.0 * seqs * ctx * kv_dim * (fp8 ? 1 : 2);
   const double flops = 4.0 * kHeadDim * kHeads * seqs * (ctx * (ctx + 1) / 2.0);
   t.Add(name, ms, prefill ? 0.0 : kv_bytes, prefill ? flops : 0.0);
   return OkStatus();
@@ -295,11 +407,16 @@ StatusOr<json::object> KernelBench(const cuda::Stream& stream, const Limits& lim
     return std::string(section).find(only) != std::string::npos;
   };
   if (want("gemm")) DINFER_RETURN_IF_ERROR(GemmRows(stream, t));
+  if (want("fp8 gemm")) DINFER_RETURN_IF_ERROR(Fp8GemmRows(stream, t));
   if (want("attention")) {
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 64, 2048, false, multiprocessors));
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 256, 1536, false, multiprocessors));
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 1, 32768, false, multiprocessors));
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 8, 2048, true, multiprocessors));
+    DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 64, 2048, false, multiprocessors, true));
+    DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 256, 1536, false, multiprocessors, true));
+    DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 1, 32768, false, multiprocessors, true));
+    DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 8, 2048, true, multiprocessors, true));
   }
   if (want("elementwise")) DINFER_RETURN_IF_ERROR(ElementwiseRows(stream, t));
   return json::object{{"rows", std::move(t.rows)}};

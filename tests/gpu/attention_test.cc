@@ -1,6 +1,7 @@
 // CUDA paged attention (one-token kernel with key splits, tensor-core prefill kernel) against the
 // CPU reference: several sequences, each with context already in the cache and new tokens, blocks
-// in scrambled order, GQA, sliding windows and softcap.
+// in scrambled order, GQA, sliding windows and softcap; and an FP8 (e4m3) cache against the
+// reference on the values its bytes stand for.
 #include <algorithm>
 #include <numeric>
 
@@ -21,12 +22,15 @@ struct AttnCase {
   float softcap = 0.0f;
   int64_t splits = 1;    // 0: ChooseAttentionSplits
   bool prefill = false;  // long chunks through AttentionPrefill
+  bool fp8 = false;      // e4m3 cache holding K / kv_scale and V / kv_scale
+  float kv_scale = 1.0f;
 };
 
 std::ostream& operator<<(std::ostream& os, const AttnCase& c) {
   return os << DTypeName(c.dtype) << " d" << c.head_dim << " h" << c.heads << "/" << c.kv_heads
             << " window " << c.window << " softcap " << c.softcap << " splits " << c.splits
-            << (c.prefill ? " prefill" : " rows");
+            << (c.prefill ? " prefill" : " rows") << (c.fp8 ? " fp8 scale " : "")
+            << (c.fp8 ? std::to_string(c.kv_scale) : "");
 }
 
 // (cached context, new tokens) per sequence.
@@ -79,6 +83,13 @@ TEST_P(AttentionTest, MatchesCpuReference) {
   const int64_t cache_elems = total_blocks * block_size * kv_dim;
   auto k_cache = RoundTo(tc.dtype, Random(cache_elems, rng));
   auto v_cache = RoundTo(tc.dtype, Random(cache_elems, rng));
+  std::vector<uint8_t> k8, v8;
+  if (tc.fp8) {
+    k8 = QuantizeE4M3(k_cache, tc.kv_scale);
+    v8 = QuantizeE4M3(v_cache, tc.kv_scale);
+    k_cache = DequantizeE4M3(k8, tc.kv_scale);
+    v_cache = DequantizeE4M3(v8, tc.kv_scale);
+  }
   auto q = RoundTo(tc.dtype, Random(tokens * q_stride, rng));
 
   std::vector<float> want(tokens * q_dim);
@@ -103,7 +114,8 @@ TEST_P(AttentionTest, MatchesCpuReference) {
   kernels::cpu::AttentionReference(ref);
 
   auto d_q = Upload(q, tc.dtype);
-  auto d_k = Upload(k_cache, tc.dtype), d_v = Upload(v_cache, tc.dtype);
+  auto d_k = tc.fp8 ? UploadRaw(k8) : Upload(k_cache, tc.dtype);
+  auto d_v = tc.fp8 ? UploadRaw(v8) : Upload(v_cache, tc.dtype);
   auto d_seq = UploadRaw(token_seq), d_pos = UploadRaw(positions), d_tables = UploadRaw(tables);
   auto d_end = UploadRaw(seq_end), d_rows = UploadRaw(rows);
   auto d_tile_seq = UploadRaw(tile_seq), d_tile_token = UploadRaw(tile_token);
@@ -116,6 +128,8 @@ TEST_P(AttentionTest, MatchesCpuReference) {
   p.dtype = tc.dtype;
   p.k_cache = d_k.data();
   p.v_cache = d_v.data();
+  p.kv_fp8 = tc.fp8;
+  p.k_scale = p.v_scale = tc.kv_scale;
   p.block_size = block_size;
   p.num_heads = tc.heads;
   p.num_kv_heads = tc.kv_heads;
@@ -171,6 +185,16 @@ INSTANTIATE_TEST_SUITE_P(Prefill, AttentionTest,
                                            AttnCase{DType::kBF16, 64, 12, 4, 0, 0, 2, true},
                                            AttnCase{DType::kBF16, 64, 8, 2, 0, 20.0f, 1, true},
                                            AttnCase{DType::kBF16, 128, 16, 2, 100, 0, 1, true}));
+
+// The FP8 cache is widened exactly, so the bf16 bounds hold against the dequantized reference.
+INSTANTIATE_TEST_SUITE_P(
+    Fp8, AttentionTest,
+    ::testing::Values(AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0, false, true, 1.0f},
+                      AttnCase{DType::kBF16, 64, 16, 1, 100, 0, 4, false, true, 0.25f},
+                      AttnCase{DType::kBF16, 128, 28, 4, 0, 30.0f, 1, false, true, 2.0f},
+                      AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0, true, true, 1.0f},
+                      AttnCase{DType::kBF16, 64, 8, 2, 40, 20.0f, 1, true, true, 0.5f},
+                      AttnCase{DType::kBF16, 128, 16, 2, 100, 0, 1, true, true, 3.0f}));
 
 }  // namespace
 }  // namespace dinfer

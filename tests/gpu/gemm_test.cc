@@ -1,5 +1,8 @@
 // GEMMs y = x · wᵀ through cuBLASLt (f32 without TF32, bf16 with f32 or bf16 output) and the bf16
-// GEMV kernel for a few rows, against a double-precision product of the same (rounded) inputs.
+// GEMV kernel for a few rows, against a double-precision product of the same (rounded) inputs;
+// FP8 products (per-tensor, per-channel and 128 x 128 block scales) and the activation
+// quantization feeding them, against the product of the values their bytes and scales stand for
+// (block-scaled weights dequantized by the CPU's FP8 path, kernels/cpu/quant.h).
 #include "kernels/cuda/gemm.h"
 #include "gpu_test_util.h"
 #include "kernels/cpu/ops.h"
@@ -193,6 +196,148 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{2, 20001, 2048, In::kRmsNorm, DType::kF32, true},
                       FusedCase{1, 4096, 14336, In::kSiluMul, DType::kBF16, false},
                       FusedCase{2, 300, 6144, In::kSiluMul, DType::kBF16, false}));
+
+struct Fp8Case {
+  int64_t m, n, k;
+  kc::Fp8Scaling scaling;
+  DType out;
+};
+
+std::ostream& operator<<(std::ostream& os, const Fp8Case& c) {
+  return os << c.m << "x" << c.n << "x" << c.k << " scaling " << static_cast<int>(c.scaling)
+            << " -> " << DTypeName(c.out);
+}
+
+class Fp8GemmTest : public ::testing::TestWithParam<Fp8Case> {};
+
+float AbsMax(const float* v, int64_t n, int64_t stride = 1) {
+  float a = 0.0f;
+  for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(v[i * stride]));
+  return a;
+}
+
+TEST_P(Fp8GemmTest, MatchesDequantizedProduct) {
+  SKIP_WITHOUT_GPU();
+  const Fp8Case tc = GetParam();
+  const int64_t m = tc.m, n = tc.n, k = tc.k, kb = (k + 127) / 128, nb = (n + 127) / 128;
+  std::mt19937 rng(static_cast<uint32_t>(m * 7 + n * 3 + k + static_cast<int>(tc.scaling)));
+  const auto x = RoundTo(DType::kBF16, Random(m * k, rng));
+  auto w = Random(n * k, rng, 1.0f / std::sqrt(static_cast<float>(k)));
+  // Rows of different magnitudes, so that per-channel and block scales matter.
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t l = 0; l < k; ++l) w[j * k + l] *= 1.0f + static_cast<float>(j % 7);
+  }
+
+  // Weights: e4m3 bytes and scales on the host (amax / 448 per tensor, row or block).
+  std::vector<uint8_t> w8(n * k);
+  std::vector<float> w_scale, w_deq(n * k);
+  auto scale_of = [](float amax) { return amax > 0.0f ? amax / 448.0f : 1.0f; };
+  if (tc.scaling == kc::Fp8Scaling::kBlock128) {
+    w_scale.assign(nb * kb, 0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t l = 0; l < k; ++l) {
+        float& a = w_scale[(j / 128) * kb + l / 128];
+        a = std::max(a, std::fabs(w[j * k + l]));
+      }
+    }
+    for (auto& a : w_scale) a = scale_of(a);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t l = 0; l < k; ++l) {
+        w8[j * k + l] = ToE4M3(w[j * k + l] / w_scale[(j / 128) * kb + l / 128]);
+      }
+    }
+    // The reference values through the CPU's DeepSeek FP8 path: repack, then dequantize.
+    std::vector<kernels::cpu::BlockF8E4M3B32> blocks(n * k / 32);
+    kernels::cpu::RepackF8E4M3(w8.data(), w_scale.data(), n, k, 128, 128, blocks.data());
+    for (int64_t j = 0; j < n; ++j) {
+      kernels::cpu::DequantizeRow(DType::kF8E4M3B32, blocks.data() + j * (k / 32),
+                                  w_deq.data() + j * k, k);
+    }
+  } else {
+    const bool tensor = tc.scaling == kc::Fp8Scaling::kTensor;
+    w_scale.resize(tensor ? 1 : n);
+    if (tensor) w_scale[0] = scale_of(AbsMax(w.data(), n * k));
+    for (int64_t j = 0; j < n && !tensor; ++j) w_scale[j] = scale_of(AbsMax(&w[j * k], k));
+    for (int64_t j = 0; j < n; ++j) {
+      const float sc = w_scale[tensor ? 0 : j];
+      for (int64_t l = 0; l < k; ++l) {
+        w8[j * k + l] = ToE4M3(w[j * k + l] / sc);
+        w_deq[j * k + l] = kernels::cpu::E4M3ToF32(w8[j * k + l]) * sc;
+      }
+    }
+  }
+
+  // Activations: quantized on the device (a static scale for kTensor).
+  const int64_t x_scales = tc.scaling == kc::Fp8Scaling::kTensor
+                               ? 1
+                               : (tc.scaling == kc::Fp8Scaling::kChannel ? m : kb * m);
+  std::vector<float> x_scale_init(x_scales, scale_of(AbsMax(x.data(), m * k)));
+  auto d_x = Upload(x, DType::kBF16);
+  auto d_x8 = UploadRaw(std::vector<uint8_t>(m * k, 0xff));
+  auto d_xs = UploadRaw(x_scale_init);
+  kc::Fp8QuantizeParams qp;
+  qp.x = d_x.data();
+  qp.ldx = k;
+  qp.m = m;
+  qp.k = k;
+  qp.out = d_x8.data();
+  qp.scaling = tc.scaling;
+  qp.scale = static_cast<float*>(d_xs.data());
+  ASSERT_CUDA_OK(kc::QuantizeFp8(qp, nullptr));
+  const auto x8 = DownloadRaw<uint8_t>(d_x8, m * k);
+  const auto xs = DownloadRaw<float>(d_xs, x_scales);
+  std::vector<float> x_deq(m * k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t l = 0; l < k; ++l) {
+      const float sc = tc.scaling == kc::Fp8Scaling::kTensor    ? xs[0]
+                       : tc.scaling == kc::Fp8Scaling::kChannel ? xs[i]
+                                                                : xs[(l / 128) * m + i];
+      x_deq[i * k + l] = kernels::cpu::E4M3ToF32(x8[i * k + l]) * sc;
+    }
+  }
+  // e4m3 keeps 3 mantissa bits: about 3% relative error in the norm.
+  EXPECT_LE(RelError(x_deq, x), 0.05);
+
+  std::vector<float> want(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t l = 0; l < k; ++l) acc += double{x_deq[i * k + l]} * w_deq[j * k + l];
+      want[i * n + j] = static_cast<float>(acc);
+    }
+  }
+  auto d_w8 = UploadRaw(w8);
+  auto d_ws = UploadRaw(w_scale);
+  auto d_y = Poisoned(m * n, tc.out);
+  auto runner = kc::GemmRunner::Create();
+  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+  kc::Fp8GemmParams p;
+  p.x = d_x8.data();
+  p.w = d_w8.data();
+  p.y = d_y.data();
+  p.ldx = p.ldw = k;
+  p.ldy = n;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.out_dtype = tc.out;
+  p.scaling = tc.scaling;
+  p.x_scale = static_cast<const float*>(d_xs.data());
+  p.w_scale = static_cast<const float*>(d_ws.data());
+  ASSERT_STATUS_OK((*runner)->RunFp8(p, nullptr));
+  // Hopper's FP8 tensor cores accumulate with fewer bits than f32 between cuBLASLt's promotions.
+  const double tol = tc.out == DType::kF32 ? 1e-3 : Tolerance(tc.out);
+  EXPECT_LE(RelError(Download(d_y, m * n, tc.out), RoundTo(tc.out, want)), tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Scalings, Fp8GemmTest,
+    ::testing::Values(Fp8Case{64, 256, 512, kc::Fp8Scaling::kTensor, DType::kBF16},
+                      Fp8Case{5, 320, 256, kc::Fp8Scaling::kTensor, DType::kF32},
+                      Fp8Case{64, 256, 512, kc::Fp8Scaling::kChannel, DType::kBF16},
+                      Fp8Case{200, 384, 1024, kc::Fp8Scaling::kChannel, DType::kF32},
+                      Fp8Case{64, 256, 512, kc::Fp8Scaling::kBlock128, DType::kBF16},
+                      Fp8Case{130, 320, 768, kc::Fp8Scaling::kBlock128, DType::kF32}));
 
 }  // namespace
 }  // namespace dinfer

@@ -1,9 +1,11 @@
 // Helpers for the GPU conformance tests: random host data, bf16 rounding, device buffers filled
-// from host vectors (and poisoned with NaN before a kernel writes them), and error norms.
+// from host vectors (and poisoned with NaN before a kernel writes them), e4m3 rounding, and error
+// norms.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -12,6 +14,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/memory.h"
 #include "base/half.h"
+#include "kernels/cpu/quant.h"
 #include "tensor/dtype.h"
 
 namespace dinfer::gpu_test {
@@ -39,6 +42,37 @@ inline std::vector<float> RoundTo(DType dtype, std::vector<float> v) {
     for (auto& x : v) x = Bf16ToF32(F32ToBf16(x));
   }
   return v;
+}
+
+// The float8 e4m3fn byte nearest to x (ties to the even code), saturated to ±448: what the
+// device's cvt.rn.satfinite gives.
+inline uint8_t ToE4M3(float x) {
+  static const std::vector<float> mags = [] {
+    std::vector<float> m(127);  // magnitudes of codes 0..126, increasing (127 is NaN)
+    for (int c = 0; c < 127; ++c) m[c] = kernels::cpu::E4M3ToF32(static_cast<uint8_t>(c));
+    return m;
+  }();
+  const float a = std::fabs(x);
+  int c = static_cast<int>(std::lower_bound(mags.begin(), mags.end(), a) - mags.begin());
+  if (c == 127) {
+    c = 126;
+  } else if (c > 0) {
+    const float below = a - mags[c - 1], above = mags[c] - a;
+    if (below < above || (below == above && (c - 1) % 2 == 0)) --c;
+  }
+  return static_cast<uint8_t>(c | (std::signbit(x) ? 0x80 : 0));
+}
+
+// e4m3 bytes of x / scale, and the values they stand for (byte * scale).
+inline std::vector<uint8_t> QuantizeE4M3(const std::vector<float>& x, float scale) {
+  std::vector<uint8_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = ToE4M3(x[i] / scale);
+  return out;
+}
+inline std::vector<float> DequantizeE4M3(const std::vector<uint8_t>& b, float scale) {
+  std::vector<float> out(b.size());
+  for (size_t i = 0; i < b.size(); ++i) out[i] = kernels::cpu::E4M3ToF32(b[i]) * scale;
+  return out;
 }
 
 inline size_t ElemSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }

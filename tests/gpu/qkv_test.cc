@@ -1,5 +1,6 @@
 // The fused q/k/v post-processing kernel (bias, per-head RMSNorm, rotary embedding in both pair
-// layouts, partial rotary, paged KV write) against the CPU reference ops applied one by one.
+// layouts, partial rotary, paged KV write, into a bf16/f32 or an e4m3 cache) against the CPU
+// reference ops applied one by one.
 #include <algorithm>
 #include <numeric>
 
@@ -17,12 +18,14 @@ struct QkvCase {
   DType dtype;
   int64_t head_dim, rotary_dim;
   bool interleaved, bias, norm;
+  float fp8_scale = 0.0f;  // > 0: an e4m3 cache holding K / scale and V / scale
 };
 
 std::ostream& operator<<(std::ostream& os, const QkvCase& c) {
   return os << DTypeName(c.dtype) << " d" << c.head_dim << " rotary " << c.rotary_dim
             << (c.interleaved ? " interleaved" : " halves") << (c.bias ? " bias" : "")
-            << (c.norm ? " qk-norm" : "");
+            << (c.norm ? " qk-norm" : "")
+            << (c.fp8_scale > 0 ? " fp8 scale " + std::to_string(c.fp8_scale) : "");
 }
 
 class QkvTest : public ::testing::TestWithParam<QkvCase> {};
@@ -100,7 +103,12 @@ TEST_P(QkvTest, MatchesCpuOps) {
   auto d_freq = Upload(inv_freq, DType::kF32);
   auto d_slots = UploadRaw(slots);
   const int64_t cache_elems = num_blocks * block_size * kv_dim;
-  auto d_k = Poisoned(cache_elems, tc.dtype), d_v = Poisoned(cache_elems, tc.dtype);
+  const bool fp8 = tc.fp8_scale > 0.0f;
+  // 0xff poisons e4m3 too (NaN).
+  auto d_k =
+      fp8 ? UploadRaw(std::vector<uint8_t>(cache_elems, 0xff)) : Poisoned(cache_elems, tc.dtype);
+  auto d_v =
+      fp8 ? UploadRaw(std::vector<uint8_t>(cache_elems, 0xff)) : Poisoned(cache_elems, tc.dtype);
   kc::QkvParams p;
   p.qkv = d_qkv.data();
   p.qkv_stride = width;
@@ -120,11 +128,15 @@ TEST_P(QkvTest, MatchesCpuOps) {
   p.k_cache = d_k.data();
   p.v_cache = d_v.data();
   p.slot_mapping = static_cast<const int64_t*>(d_slots.data());
+  p.kv_fp8 = fp8;
+  p.k_scale = p.v_scale = fp8 ? tc.fp8_scale : 1.0f;
   ASSERT_CUDA_OK(kc::QkvRopeKvWrite(p, nullptr));
 
   const auto got_qkv = Download(d_qkv, tokens * width, tc.dtype);
-  const auto got_k = Download(d_k, cache_elems, tc.dtype);
-  const auto got_v = Download(d_v, cache_elems, tc.dtype);
+  const auto got_k = fp8 ? DequantizeE4M3(DownloadRaw<uint8_t>(d_k, cache_elems), tc.fp8_scale)
+                         : Download(d_k, cache_elems, tc.dtype);
+  const auto got_v = fp8 ? DequantizeE4M3(DownloadRaw<uint8_t>(d_v, cache_elems), tc.fp8_scale)
+                         : Download(d_v, cache_elems, tc.dtype);
   std::vector<float> gq(tokens * q_dim), gk(tokens * kv_dim), gv(tokens * kv_dim);
   for (int64_t t = 0; t < tokens; ++t) {
     std::copy_n(got_qkv.begin() + t * width, q_dim, gq.begin() + t * q_dim);
@@ -134,17 +146,28 @@ TEST_P(QkvTest, MatchesCpuOps) {
   // Angles reach 100 + 37 * 22 radians: f32 sin/cos of large arguments cost a few ulps.
   const double tol = tc.dtype == DType::kF32 ? 1e-5 : Tolerance(tc.dtype);
   EXPECT_LE(RelError(gq, RoundTo(tc.dtype, q)), tol);
-  EXPECT_LE(RelError(gk, RoundTo(tc.dtype, k)), tol);
-  EXPECT_LE(RelError(gv, RoundTo(tc.dtype, v)), tol);
+  if (fp8) {
+    // The device quantizes its f32 values; a value within an ulp of f32 of a rounding midpoint
+    // may round the other way, so a few elements may differ by one e4m3 step.
+    EXPECT_LE(RelError(gk, DequantizeE4M3(QuantizeE4M3(k, tc.fp8_scale), tc.fp8_scale)), tol);
+    EXPECT_LE(RelError(gv, DequantizeE4M3(QuantizeE4M3(v, tc.fp8_scale), tc.fp8_scale)), tol);
+  } else {
+    EXPECT_LE(RelError(gk, RoundTo(tc.dtype, k)), tol);
+    EXPECT_LE(RelError(gv, RoundTo(tc.dtype, v)), tol);
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, QkvTest,
-                         ::testing::Values(QkvCase{DType::kF32, 16, 16, false, true, false},
-                                           QkvCase{DType::kF32, 24, 24, true, false, true},
-                                           QkvCase{DType::kF32, 128, 64, false, true, true},
-                                           QkvCase{DType::kBF16, 128, 128, false, false, true},
-                                           QkvCase{DType::kBF16, 64, 32, true, true, false},
-                                           QkvCase{DType::kBF16, 256, 256, false, true, false}));
+INSTANTIATE_TEST_SUITE_P(
+    Cases, QkvTest,
+    ::testing::Values(QkvCase{DType::kF32, 16, 16, false, true, false},
+                      QkvCase{DType::kF32, 24, 24, true, false, true},
+                      QkvCase{DType::kF32, 128, 64, false, true, true},
+                      QkvCase{DType::kBF16, 128, 128, false, false, true},
+                      QkvCase{DType::kBF16, 64, 32, true, true, false},
+                      QkvCase{DType::kBF16, 256, 256, false, true, false},
+                      QkvCase{DType::kBF16, 128, 128, false, true, true, 1.0f},
+                      QkvCase{DType::kBF16, 64, 32, true, false, false, 0.125f},
+                      QkvCase{DType::kF32, 128, 64, false, true, false, 4.0f}));
 
 }  // namespace
 }  // namespace dinfer

@@ -6,6 +6,9 @@
 //    f32 or bf16; used for decode tokens and for every token of f32 models.
 //  - AttentionPrefill: tiles of 64 query tokens of one sequence against tiles of 64 keys on the
 //    tensor cores (mma.sync bf16, f32 accumulation, online softmax); bf16, head_dim 64 or 128.
+// With kv_fp8 the cache holds e4m3fn bytes (QkvParams::kv_fp8): both kernels stage them in shared
+// memory as they come and widen each tile to bf16 there (exact), then fold k_scale into the
+// softmax scale and v_scale into the output. bf16 queries, head_dim 64 or 128 only.
 // The per-step metadata (which tokens, tiles, splits) is built once per step on the host (the
 // plan) and read by every layer (the run); sizes are fixed per graph bucket, so replay is safe.
 #pragma once
@@ -24,6 +27,8 @@ struct AttentionParams {
   DType dtype = DType::kBF16;
   const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads * head_dim]
   const void* v_cache = nullptr;
+  bool kv_fp8 = false;  // the caches hold e4m3fn of k / k_scale and v / v_scale
+  float k_scale = 1.0f, v_scale = 1.0f;
   int64_t block_size = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   const int32_t* token_seq = nullptr;     // [tokens]: sequence of each token
   const int32_t* positions = nullptr;     // [tokens]

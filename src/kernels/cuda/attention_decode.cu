@@ -4,6 +4,8 @@
 // which keeps enough bytes in flight to read the cache at close to memory bandwidth; each of the
 // 4 warps takes 16 keys of a tile with its own online-softmax state, merged at the end through
 // shared memory. Splits of the keys are merged by the rows kernel's merge (natural-log stats).
+// An FP8 cache streams its e4m3 bytes through the same pipeline (half the bytes) into stages of
+// their own, and each tile is widened into one bf16 K and one bf16 V tile before the mma steps.
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_internal.h"
 #include "kernels/cuda/mma.cuh"
@@ -18,19 +20,26 @@ constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int D>
+// Shared memory: Q, then bf16 K and V tiles (kStages of each, or with an FP8 cache one of each
+// followed by kStages e4m3 K and V tiles of D bytes a row).
+template <int D, bool kFp8>
 constexpr int SmemBytes() {
-  return (kRows + 2 * kStages * kKeys) * (D + 8) * static_cast<int>(sizeof(bf16));
+  constexpr int tiles = kFp8 ? 1 : kStages;
+  return (kRows + 2 * tiles * kKeys) * (D + 8) * static_cast<int>(sizeof(bf16)) +
+         (kFp8 ? 2 * kStages * kKeys * D : 0);
 }
 
-template <int D>
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(kThreads) DecodeKernel(AttentionParams p) {
   constexpr int kLd = D + 8;
   constexpr int kChunks = D / 8;
+  constexpr int kTiles = kFp8 ? 1 : kStages;  // bf16 tiles of K (and of V)
   extern __shared__ uint4 smem_raw[];
   bf16* sq = reinterpret_cast<bf16*>(smem_raw);
   bf16* sk = sq + kRows * kLd;
-  bf16* sv = sk + kStages * kKeys * kLd;
+  bf16* sv = sk + kTiles * kKeys * kLd;
+  uint8_t* rk = reinterpret_cast<uint8_t*>(sv + kTiles * kKeys * kLd);  // FP8 stages
+  uint8_t* rv = rk + kStages * kKeys * D;
   WaitForPrerequisites();
   AllowDependents();  // the output projection's GEMV streams its weights in meanwhile
 
@@ -63,13 +72,26 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(AttentionParams p) {
     CpAsync16(sq + r * kLd + cc * 8, fill ? q + t * p.q_stride + (h0 + r) * D + cc * 8 : q, fill);
   }
   auto load_tile = [&](int i, int buf) {
-    for (int c = threadIdx.x; c < kKeys * kChunks; c += kThreads) {
-      const int r = c / kChunks, cc = c % kChunks;
-      const int j = s_lo + i * kKeys + r;
-      const bool fill = j < s_hi;
-      const int64_t off = fill ? paged.Slot(j) * kv_dim + kvh * D + cc * 8 : 0;
-      CpAsync16(sk + (buf * kKeys + r) * kLd + cc * 8, k_cache + off, fill);
-      CpAsync16(sv + (buf * kKeys + r) * kLd + cc * 8, v_cache + off, fill);
+    if constexpr (kFp8) {
+      const uint8_t* k8 = static_cast<const uint8_t*>(p.k_cache);
+      const uint8_t* v8 = static_cast<const uint8_t*>(p.v_cache);
+      for (int c = threadIdx.x; c < kKeys * (D / 16); c += kThreads) {
+        const int r = c / (D / 16), cc = c % (D / 16);
+        const int j = s_lo + i * kKeys + r;
+        const bool fill = j < s_hi;
+        const int64_t off = fill ? paged.Slot(j) * kv_dim + kvh * D + cc * 16 : 0;
+        CpAsync16(rk + (buf * kKeys + r) * D + cc * 16, k8 + off, fill);
+        CpAsync16(rv + (buf * kKeys + r) * D + cc * 16, v8 + off, fill);
+      }
+    } else {
+      for (int c = threadIdx.x; c < kKeys * kChunks; c += kThreads) {
+        const int r = c / kChunks, cc = c % kChunks;
+        const int j = s_lo + i * kKeys + r;
+        const bool fill = j < s_hi;
+        const int64_t off = fill ? paged.Slot(j) * kv_dim + kvh * D + cc * 8 : 0;
+        CpAsync16(sk + (buf * kKeys + r) * kLd + cc * 8, k_cache + off, fill);
+        CpAsync16(sv + (buf * kKeys + r) * kLd + cc * 8, v_cache + off, fill);
+      }
     }
   };
   // Commit a group per stage even when empty, so that wait counts stay uniform.
@@ -86,6 +108,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(AttentionParams p) {
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  const float qk_scale = kFp8 ? p.scale * p.k_scale : p.scale;
 
   for (int i = 0; i < num_tiles; ++i) {
     CpAsyncWait<kStages - 2>();
@@ -101,7 +124,12 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(AttentionParams p) {
         qf[kk][3] = *reinterpret_cast<const uint32_t*>(sq + (g + 8) * kLd + kk * 16 + c2 + 8);
       }
     }
-    const int buf = i % kStages;
+    int buf = i % kStages;
+    if constexpr (kFp8) {
+      WidenFp8Tile<D>(rk + buf * kKeys * D, rv + buf * kKeys * D, sk, sv);
+      __syncthreads();
+      buf = 0;
+    }
     const bf16* tk = sk + (buf * kKeys + warp * 16) * kLd;
     const bf16* tv = sv + (buf * kKeys + warp * 16) * kLd;
     float s[2][4];
@@ -124,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(AttentionParams p) {
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e] * p.scale;
+        float x = s[nt][e] * qk_scale;
         if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
         s[nt][e] = key0 + nt * 8 + c2 + (e & 1) < s_hi ? x * kLog2e : -INFINITY;
       }
@@ -211,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(AttentionParams p) {
         acc += sm_o[(w * kRows + r) * D + d] * wt;
       }
     }
-    const float val = sum > 0.0f ? acc / sum : 0.0f;
+    const float val = sum > 0.0f ? acc / sum * (kFp8 ? p.v_scale : 1.0f) : 0.0f;
     const int64_t head = h0 + r;
     if (p.num_splits == 1) {
       static_cast<bf16*>(p.out)[t * p.out_stride + head * D + d] = __float2bfloat16_rn(val);
@@ -226,25 +254,27 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(AttentionParams p) {
   }
 }
 
-template <int D>
+template <int D, bool kFp8>
 cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
-  constexpr int kSmem = SmemBytes<D>();
-  static_assert(4 * kRows * D * 4 + 8 * kRows * 4 <= 2 * kStages * kKeys * (D + 8) * 2,
+  constexpr int kSmem = SmemBytes<D, kFp8>();
+  static_assert(4 * kRows * D * 4 + 8 * kRows * 4 <= kSmem - kRows * (D + 8) * 2,
                 "the merge area must fit in the tile memory");
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(DecodeKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      DecodeKernel<D, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   const int64_t group = p.num_heads / p.num_kv_heads;
   const dim3 grid(static_cast<unsigned>(p.num_rows),
                   static_cast<unsigned>(p.num_kv_heads * ((group + kRows - 1) / kRows)),
                   static_cast<unsigned>(p.num_splits));
-  return LaunchDependent(DecodeKernel<D>, grid, kThreads, kSmem, stream, p);
+  return LaunchDependent(DecodeKernel<D, kFp8>, grid, kThreads, kSmem, stream, p);
 }
 
 }  // namespace
 
 cudaError_t AttentionDecodeMma(const AttentionParams& p, cudaStream_t stream) {
-  return p.head_dim == 64 ? Launch<64>(p, stream) : Launch<128>(p, stream);
+  if (p.kv_fp8)
+    return p.head_dim == 64 ? Launch<64, true>(p, stream) : Launch<128, true>(p, stream);
+  return p.head_dim == 64 ? Launch<64, false>(p, stream) : Launch<128, false>(p, stream);
 }
 
 }  // namespace dinfer::kernels::cuda

@@ -3,6 +3,8 @@
 // of 64 rows are gathered from the paged cache into shared memory with cp.async, two stages deep.
 // S = Q·Kᵀ and O += P·V use mma.sync m16n8k16 (bf16 in, f32 accumulate); the S accumulators are
 // repacked in registers as the A operand of P·V, and V's B operand comes from ldmatrix.trans.
+// An FP8 cache is staged as e4m3 bytes (two stages) and each tile widened to one bf16 K and one
+// bf16 V tile; Q is then staged in the V tile.
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -15,17 +17,26 @@ constexpr int kBN = 64;                  // keys per tile
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int D>
+template <int D, bool kFp8>
+constexpr int SmemBytes() {
+  return kFp8 ? 2 * kBN * (D + 8) * static_cast<int>(sizeof(bf16)) + 4 * kBN * D
+              : 4 * kBN * (D + 8) * static_cast<int>(sizeof(bf16));
+}
+
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 3) PrefillKernel(AttentionParams p) {
   constexpr int kLd = D + 8;  // padded rows: fragment loads of 8 rows hit 8 different banks
   constexpr int kChunks = D / 8;
+  constexpr int kTiles = kFp8 ? 1 : 2;  // bf16 stages of K (and of V)
   extern __shared__ uint4 smem_raw[];
-  // K and V tiles, two stages; Q is staged in the second K stage until its fragments are in
-  // registers, so three CTAs fit an SM.
+  // K and V tiles, two stages; Q is staged in the second K stage (with an FP8 cache, in the V
+  // tile) until its fragments are in registers, so three CTAs fit an SM.
   bf16* sk = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sv = sk + 2 * kBN * kLd;
-  bf16* sq = sk + kBN * kLd;
-  static_assert(kBM == kBN, "Q is staged in a K stage");
+  bf16* sv = sk + kTiles * kBN * kLd;
+  bf16* sq = kFp8 ? sv : sk + kBN * kLd;
+  uint8_t* rk = reinterpret_cast<uint8_t*>(sv + kTiles * kBN * kLd);  // FP8: two stages each
+  uint8_t* rv = rk + 2 * kBN * D;
+  static_assert(kBM == kBN, "Q is staged in a K or V tile");
   WaitForPrerequisites();
   AllowDependents();
 
@@ -54,14 +65,27 @@ __global__ void __launch_bounds__(kThreads, 3) PrefillKernel(AttentionParams p) 
     CpAsync16(sq + r * kLd + cc * 8, src, fill);
   }
   auto load_kv = [&](int kt, int buf) {
-    for (int c = threadIdx.x; c < kBN * kChunks; c += kThreads) {
-      const int r = c / kChunks, cc = c % kChunks;
-      const int j = kt * kBN + r;
-      const bool fill = j < k_hi;
-      int64_t off = 0;
-      if (fill) off = paged.Slot(j) * kv_dim + kvh * D + cc * 8;
-      CpAsync16(sk + (buf * kBN + r) * kLd + cc * 8, k_cache + off, fill);
-      CpAsync16(sv + (buf * kBN + r) * kLd + cc * 8, v_cache + off, fill);
+    if constexpr (kFp8) {
+      const uint8_t* k8 = static_cast<const uint8_t*>(p.k_cache);
+      const uint8_t* v8 = static_cast<const uint8_t*>(p.v_cache);
+      for (int c = threadIdx.x; c < kBN * (D / 16); c += kThreads) {
+        const int r = c / (D / 16), cc = c % (D / 16);
+        const int j = kt * kBN + r;
+        const bool fill = j < k_hi;
+        const int64_t off = fill ? paged.Slot(j) * kv_dim + kvh * D + cc * 16 : 0;
+        CpAsync16(rk + (buf * kBN + r) * D + cc * 16, k8 + off, fill);
+        CpAsync16(rv + (buf * kBN + r) * D + cc * 16, v8 + off, fill);
+      }
+    } else {
+      for (int c = threadIdx.x; c < kBN * kChunks; c += kThreads) {
+        const int r = c / kChunks, cc = c % kChunks;
+        const int j = kt * kBN + r;
+        const bool fill = j < k_hi;
+        int64_t off = 0;
+        if (fill) off = paged.Slot(j) * kv_dim + kvh * D + cc * 8;
+        CpAsync16(sk + (buf * kBN + r) * kLd + cc * 8, k_cache + off, fill);
+        CpAsync16(sv + (buf * kBN + r) * kLd + cc * 8, v_cache + off, fill);
+      }
     }
   };
   load_kv(kt_begin, 0);
@@ -71,7 +95,8 @@ __global__ void __launch_bounds__(kThreads, 3) PrefillKernel(AttentionParams p) 
   const int g = lane >> 2, c2 = (lane & 3) * 2;
   const int qp0 = qpos0 + warp * 16 + g, qp1 = qp0 + 8;  // positions of this thread's two rows
   const int warp_first = qpos0 + warp * 16, warp_last = warp_first + 15;
-  const float scale_log2 = p.scale * kLog2e;
+  const float qk_scale = kFp8 ? p.scale * p.k_scale : p.scale;
+  const float scale_log2 = qk_scale * kLog2e;
 
   uint32_t qf[D / 16][4];
   float o[D / 8][4];
@@ -104,12 +129,18 @@ __global__ void __launch_bounds__(kThreads, 3) PrefillKernel(AttentionParams p) 
       CpAsyncWait<0>();
     }
     __syncthreads();
+    int tb = buf;
+    if constexpr (kFp8) {
+      WidenFp8Tile<D>(rk + buf * kBN * D, rv + buf * kBN * D, sk, sv);
+      __syncthreads();
+      tb = 0;
+    }
     const int key0 = kt * kBN;
     // Tiles wholly in this warp's causal future, or wholly before its window, contribute nothing.
     const bool skip = key0 > warp_last || (window > 0 && key0 + kBN - 1 <= warp_first - window);
     if (!skip) {
-      const bf16* tk = sk + buf * kBN * kLd;
-      const bf16* tv = sv + buf * kBN * kLd;
+      const bf16* tk = sk + tb * kBN * kLd;
+      const bf16* tv = sv + tb * kBN * kLd;
       float s[kBN / 8][4];
 #pragma unroll
       for (int nt = 0; nt < kBN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
@@ -139,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, 3) PrefillKernel(AttentionParams p) 
         for (int i = 0; i < 4; ++i) {
           float x = s[nt][i];
           if (capped) {
-            x = p.softcap * tanhf(x * p.scale / p.softcap) * kLog2e;
+            x = p.softcap * tanhf(x * qk_scale / p.softcap) * kLog2e;
           } else {
             x *= scale_log2;
           }
@@ -203,7 +234,8 @@ __global__ void __launch_bounds__(kThreads, 3) PrefillKernel(AttentionParams p) 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  const float v_scale = kFp8 ? p.v_scale : 1.0f;
+  const float inv0 = l0 > 0.0f ? v_scale / l0 : 0.0f, inv1 = l1 > 0.0f ? v_scale / l1 : 0.0f;
   const int r0 = warp * 16 + g, r1 = r0 + 8;
   bf16* out = static_cast<bf16*>(p.out);
 #pragma unroll
@@ -220,14 +252,14 @@ __global__ void __launch_bounds__(kThreads, 3) PrefillKernel(AttentionParams p) 
   }
 }
 
-template <int D>
+template <int D, bool kFp8>
 cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
-  constexpr int kSmem = 4 * kBN * (D + 8) * static_cast<int>(sizeof(bf16));
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(PrefillKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  constexpr int kSmem = SmemBytes<D, kFp8>();
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      PrefillKernel<D, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.num_tiles));
-  return LaunchDependent(PrefillKernel<D>, grid, kThreads, kSmem, stream, p);
+  return LaunchDependent(PrefillKernel<D, kFp8>, grid, kThreads, kSmem, stream, p);
 }
 
 }  // namespace
@@ -242,7 +274,8 @@ int AttentionPrefill(const AttentionParams& p, void* stream) {
     return cudaErrorInvalidValue;
   }
   const auto s = static_cast<cudaStream_t>(stream);
-  return p.head_dim == 64 ? Launch<64>(p, s) : Launch<128>(p, s);
+  if (p.kv_fp8) return p.head_dim == 64 ? Launch<64, true>(p, s) : Launch<128, true>(p, s);
+  return p.head_dim == 64 ? Launch<64, false>(p, s) : Launch<128, false>(p, s);
 }
 
 }  // namespace dinfer::kernels::cuda

@@ -241,6 +241,7 @@ int AttentionRows(const AttentionParams& p, void* stream) {
     constexpr int V = kVec<T>;
     if (p.head_dim % V != 0 || p.head_dim > 32 * V) return cudaErrorInvalidValue;
     cudaError_t e;
+    if (p.kv_fp8 && !PrefillSupports(p.dtype, p.head_dim)) return cudaErrorInvalidValue;
     if (PrefillSupports(p.dtype, p.head_dim)) {
       e = AttentionDecodeMma(p, s);
     } else if (p.head_dim <= 4 * V) {

@@ -3,6 +3,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <utility>
+
 namespace dinfer::kernels::cuda {
 namespace {
 
@@ -11,7 +13,30 @@ Status LtStatus(cublasStatus_t s, const char* what) {
   return Internal("cuBLASLt {}: status {}", what, static_cast<int>(s));
 }
 
-cudaDataType_t CudaType(DType t) { return t == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
+cudaDataType_t CudaType(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kF8E4M3:
+      return CUDA_R_8F_E4M3;
+    default:
+      return CUDA_R_16BF;
+  }
+}
+
+// cuBLASLt's scale modes for an FP8 product: {A (the weights), B (the activations)}.
+std::pair<int32_t, int32_t> ScaleModes(Fp8Scaling s) {
+  switch (s) {
+    case Fp8Scaling::kTensor:
+      return {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
+    case Fp8Scaling::kChannel:
+      return {CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
+              CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F};
+    case Fp8Scaling::kBlock128:
+      return {CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F};
+  }
+  return {0, 0};
+}
 
 }  // namespace
 
@@ -48,7 +73,8 @@ GemmRunner::~GemmRunner() {
   if (handle_ != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-StatusOr<const GemmRunner::Plan*> GemmRunner::PlanFor(const GemmParams& p) {
+StatusOr<const GemmRunner::Plan*> GemmRunner::PlanFor(const GemmParams& p, Fp8Scaling scaling) {
+  const bool fp8 = p.in_dtype == DType::kF8E4M3;
   const Key key{p.m,
                 p.n,
                 p.k,
@@ -56,7 +82,8 @@ StatusOr<const GemmRunner::Plan*> GemmRunner::PlanFor(const GemmParams& p) {
                 p.ldw,
                 p.ldy,
                 static_cast<int>(p.in_dtype),
-                static_cast<int>(p.out_dtype)};
+                static_cast<int>(p.out_dtype),
+                fp8 ? static_cast<int>(scaling) : 0};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   auto plan = std::make_unique<Plan>();
@@ -71,6 +98,17 @@ StatusOr<const GemmRunner::Plan*> GemmRunner::PlanFor(const GemmParams& p) {
       LtStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
                                               sizeof(trans_b)),
                "transb"));
+  if (fp8) {
+    const auto [a_mode, b_mode] = ScaleModes(scaling);
+    DINFER_RETURN_IF_ERROR(
+        LtStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                &a_mode, sizeof(a_mode)),
+                 "a scale mode"));
+    DINFER_RETURN_IF_ERROR(
+        LtStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                &b_mode, sizeof(b_mode)),
+                 "b scale mode"));
+  }
   const cudaDataType_t in = CudaType(p.in_dtype), out = CudaType(p.out_dtype);
   DINFER_RETURN_IF_ERROR(
       LtStatus(cublasLtMatrixLayoutCreate(&plan->a, in, static_cast<uint64_t>(p.k),
@@ -138,6 +176,51 @@ Status GemmRunner::Run(const GemmParams& p, void* stream, GemmImpl impl) {
                      plan->b, &beta, p.y, plan->c, p.y, plan->c, &plan->algo, workspace_,
                      workspace_bytes_, static_cast<cudaStream_t>(stream)),
       "matmul");
+}
+
+Status GemmRunner::RunFp8(const Fp8GemmParams& p, void* stream) {
+  if (p.m == 0 || p.n == 0) return OkStatus();
+  if (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) {
+    return Unimplemented("FP8 GEMM to {}", DTypeName(p.out_dtype));
+  }
+  if (p.ldx % 16 != 0 || p.ldw % 16 != 0 || p.k % 16 != 0 ||
+      (p.scaling == Fp8Scaling::kBlock128 && p.k % 128 != 0)) {
+    return InvalidArgument(
+        "FP8 GEMM needs k and the row strides in multiples of 16 (k of 128 "
+        "with block scales): k={} ldx={} ldw={}",
+        p.k, p.ldx, p.ldw);
+  }
+  if (p.x_scale == nullptr || p.w_scale == nullptr) {
+    return InvalidArgument("FP8 GEMM without scales");
+  }
+  GemmParams g;
+  g.x = p.x;
+  g.w = p.w;
+  g.y = p.y;
+  g.ldx = p.ldx;
+  g.ldw = p.ldw;
+  g.ldy = p.ldy;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.in_dtype = DType::kF8E4M3;
+  g.out_dtype = p.out_dtype;
+  DINFER_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(g, p.scaling));
+  // The scale pointers change from call to call; the descriptor only carries them.
+  DINFER_RETURN_IF_ERROR(
+      LtStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                              &p.w_scale, sizeof(p.w_scale)),
+               "a scale"));
+  DINFER_RETURN_IF_ERROR(
+      LtStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                              &p.x_scale, sizeof(p.x_scale)),
+               "b scale"));
+  const float alpha = 1.0f, beta = 0.0f;
+  return LtStatus(
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan->desc, &alpha, p.w, plan->a, p.x,
+                     plan->b, &beta, p.y, plan->c, p.y, plan->c, &plan->algo, workspace_,
+                     workspace_bytes_, static_cast<cudaStream_t>(stream)),
+      "fp8 matmul");
 }
 
 }  // namespace dinfer::kernels::cuda

@@ -1,6 +1,7 @@
 // Matrix products of activations with weights, y[m, n] = x[m, k] · w[n, k]ᵀ (the layout of
 // kernels/cpu MatmulParams): cuBLASLt for most shapes, and a bf16 GEMV kernel of our own for a
-// few rows (decode), which reads the weights once at close to memory bandwidth.
+// few rows (decode), which reads the weights once at close to memory bandwidth. FP8 products
+// (e4m3 weights and activations with f32 scales, f32 accumulation) run through cuBLASLt too.
 // GemmRunner owns a cuBLASLt handle, its workspace and the algorithms chosen per shape.
 // Thread-safety: one thread uses a GemmRunner at a time (one per stream).
 #pragma once
@@ -70,18 +71,57 @@ struct GemvFusedParams {
 bool GemvFusedSupports(const GemvFusedParams& p);
 int GemvFused(const GemvFusedParams& p, void* stream);
 
+// FP8 (e4m3fn) products y = (x ⊙ sx) · (w ⊙ sw)ᵀ on the tensor cores (cuBLASLt, sm_90), both
+// operands e4m3, rows of x and w contiguous in k (ldx, ldw multiples of 16), f32 accumulation,
+// bf16 or f32 output. The scales multiply:
+//   kTensor:   one f32 for all of x (x_scale[0]) and one for all of w (w_scale[0]);
+//   kChannel:  one per row of x (x_scale[m], per token) and one per row of w (w_scale[n], per
+//              output channel);
+//   kBlock128: w in 128 x 128 blocks, w_scale [ceil(n / 128), ceil(k / 128)] row-major (as
+//              DeepSeek checkpoints store weight_scale_inv), x in 1 x 128 groups, x_scale
+//              [ceil(k / 128), m] (m contiguous: cuBLASLt's layout); k a multiple of 128.
+// Scales are device pointers, read when the product runs.
+enum class Fp8Scaling { kTensor, kChannel, kBlock128 };
+struct Fp8GemmParams {
+  const void* x = nullptr;  // [m, ldx] e4m3
+  const void* w = nullptr;  // [n, ldw] e4m3
+  void* y = nullptr;        // [m, ldy] of out_dtype
+  int64_t ldx = 0, ldw = 0, ldy = 0;
+  int64_t m = 0, n = 0, k = 0;
+  DType out_dtype = DType::kBF16;  // bf16 or f32
+  Fp8Scaling scaling = Fp8Scaling::kTensor;
+  const float* x_scale = nullptr;
+  const float* w_scale = nullptr;
+};
+
+// Activations to e4m3 for an FP8 product: x [m, ldx] (bf16 or f32) → out [m, k] e4m3 and the
+// scales Fp8GemmParams reads for `scaling`. kTensor divides by the given *scale (static, e.g.
+// calibrated); kChannel and kBlock128 compute each row's (each 128-column group's) scale as
+// amax / 448 (1 for all-zero groups) and write it to `scale`. Values saturate to ±448.
+struct Fp8QuantizeParams {
+  const void* x = nullptr;
+  int64_t ldx = 0, m = 0, k = 0;
+  DType dtype = DType::kBF16;
+  void* out = nullptr;
+  Fp8Scaling scaling = Fp8Scaling::kChannel;
+  float* scale = nullptr;  // kTensor: read; else written, laid out as Fp8GemmParams::x_scale
+};
+int QuantizeFp8(const Fp8QuantizeParams& p, void* stream);
+
 class GemmRunner {
  public:
   static StatusOr<std::unique_ptr<GemmRunner>> Create(size_t workspace_bytes = 32u << 20);
   ~GemmRunner();
 
   Status Run(const GemmParams& p, void* stream, GemmImpl impl = GemmImpl::kAuto);
+  Status RunFp8(const Fp8GemmParams& p, void* stream);
 
  private:
   struct Plan;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
   GemmRunner() = default;
-  StatusOr<const Plan*> PlanFor(const GemmParams& p);
+  // p.in_dtype kF8E4M3: an FP8 plan with `scaling`'s scale modes.
+  StatusOr<const Plan*> PlanFor(const GemmParams& p, Fp8Scaling scaling = Fp8Scaling::kTensor);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;

@@ -20,6 +20,17 @@ __device__ void LoadHead(const QkvParams& p, int64_t t, int64_t head, float* x) 
   }
 }
 
+// Element i of a K or V cache: the activations' dtype, or e4m3 of v * inv_scale.
+template <typename T>
+__device__ __forceinline__ void StoreKv(const QkvParams& p, void* cache, int64_t i, float v,
+                                        float inv_scale) {
+  if (p.kv_fp8) {
+    static_cast<uint8_t*>(cache)[i] = ToE4M3(v * inv_scale);
+  } else {
+    static_cast<T*>(cache)[i] = FromFloat<T>(v);
+  }
+}
+
 // Then: optional per-head norm, rotation, and the write to q (in place) or to the K/V cache;
 // cos_t/sin_t are the token's angles.
 template <typename T>
@@ -41,7 +52,7 @@ __device__ void FinishHead(const QkvParams& p, int64_t t, int64_t head, float* x
   __syncwarp();
   // Reads come from shared memory, so q can be written back in place at once.
   const int64_t slot = p.slot_mapping[t];
-  T* dst = is_q ? row + col : static_cast<T*>(p.k_cache) + slot * kv_dim + (col - q_dim);
+  const int64_t kv_at = is_q ? 0 : slot * kv_dim + (col - q_dim);
   for (int64_t d = lane; d < d_len; d += 32) {
     float v = x[d];
     if (d < p.rotary_dim) {
@@ -53,15 +64,18 @@ __device__ void FinishHead(const QkvParams& p, int64_t t, int64_t head, float* x
       const float c = cos_t[i], s = sin_t[i];
       v = first ? v * c - x[partner] * s : v * c + x[partner] * s;
     }
-    dst[d] = FromFloat<T>(v);
+    if (is_q) {
+      row[col + d] = FromFloat<T>(v);
+    } else {
+      StoreKv<T>(p, p.k_cache, kv_at + d, v, 1.0f / p.k_scale);
+    }
   }
   if (!is_q) {
     const int64_t v_col = q_dim + kv_dim + (col - q_dim);
-    T* v_dst = static_cast<T*>(p.v_cache) + slot * kv_dim + (col - q_dim);
     for (int64_t d = lane; d < d_len; d += 32) {
       float v = ToFloat(row[v_col + d]);
       if (p.bias != nullptr) v += p.bias[v_col + d];
-      v_dst[d] = FromFloat<T>(v);
+      StoreKv<T>(p, p.v_cache, kv_at + d, v, 1.0f / p.v_scale);
     }
   }
 }
@@ -95,7 +109,8 @@ __global__ void __launch_bounds__(kWarps * 32) QkvKernel(QkvParams p) {
 
 int QkvRopeKvWrite(const QkvParams& p, void* stream) {
   if (p.num_tokens == 0) return 0;
-  if (p.head_dim > kMaxHeadDim || p.rotary_dim > p.head_dim || p.rotary_dim % 2 != 0) {
+  if (p.head_dim > kMaxHeadDim || p.rotary_dim > p.head_dim || p.rotary_dim % 2 != 0 ||
+      (p.kv_fp8 && !(p.k_scale > 0.0f && p.v_scale > 0.0f))) {
     return cudaErrorInvalidValue;
   }
   const unsigned heads = static_cast<unsigned>(p.num_heads + p.num_kv_heads);

@@ -26,9 +26,13 @@ struct QkvParams {
   int64_t rotary_dim = 0;
   bool interleaved = false;
   float attention_scaling = 1.0f;
-  // Paged cache [num_blocks, block_size, num_kv_heads * head_dim] of `dtype`.
+  // Paged cache [num_blocks, block_size, num_kv_heads * head_dim] of `dtype`, or with kv_fp8 of
+  // e4m3fn bytes holding k / k_scale and v / v_scale (saturated to ±448): per-tensor scales,
+  // 1.0 by default (as vLLM's when a checkpoint has none).
   void* k_cache = nullptr;
   void* v_cache = nullptr;
+  bool kv_fp8 = false;
+  float k_scale = 1.0f, v_scale = 1.0f;
   const int64_t* slot_mapping = nullptr;  // [tokens]
 };
 int QkvRopeKvWrite(const QkvParams& p, void* stream);
