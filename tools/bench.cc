@@ -62,6 +62,10 @@ int RunBench(const BenchArgs& a) {
     std::fprintf(stderr, "dinfer bench: %s\n", device.status().ToString().c_str());
     return 2;
   }
+  if (Status q = ModelRunner::CheckQuantization(a.engine.quantization, *device); !q.ok()) {
+    std::fprintf(stderr, "dinfer bench: %s\n", q.ToString().c_str());
+    return 2;
+  }
   using Clock = std::chrono::steady_clock;
   const int64_t vocab = lm->config.vocab_size;
   std::mt19937 rng(1234);
@@ -74,6 +78,7 @@ int RunBench(const BenchArgs& a) {
     ro.threads = threads;
     ro.f32_activations = a.engine.f32_activations;
     ro.device = *device;
+    ro.cuda_fp8_weights = a.engine.quantization == "fp8";
     ro.max_seq_len = std::max(a.prompt_tokens, a.gen_tokens) + 16;
     ModelRunner runner(*lm->model, ro);
     if (!runner.status().ok()) {

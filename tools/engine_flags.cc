@@ -11,6 +11,9 @@ void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
                  "numerics of reference implementations; slower) instead of 8-bit activations");
     cmd.add_option("--device", o.device, "cpu, cuda, or auto (the GPU when there is one)")
         ->capture_default_str();
+    cmd.add_option("--quantization", o.quantization,
+                   "none, or fp8 (CUDA: layer weights as e4m3 with per-channel scales, FP8 GEMMs)")
+        ->capture_default_str();
   }
   if (sets & kThreadFlags) {
     cmd.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
@@ -19,6 +22,13 @@ void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
     cmd.add_option("--kv-cache-mib", o.kv_cache_mib, "KV cache memory in MiB")
         ->capture_default_str();
     cmd.add_option("--block-size", o.block_size, "tokens per KV cache block")
+        ->capture_default_str();
+    cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                   "KV cache elements: auto (the activations' dtype) or fp8 (e4m3, CUDA only: "
+                   "twice the tokens in the same memory)")
+        ->capture_default_str();
+    cmd.add_option("--kv-cache-scale", o.kv_cache_scale,
+                   "with --kv-cache-dtype fp8: the cache stores K / scale and V / scale")
         ->capture_default_str();
     cmd.add_flag_callback(
         "--no-prefix-cache", [&o] { o.enable_prefix_caching = false; }, "disable prefix caching");

@@ -89,8 +89,13 @@ int RunGenerate(const GenerateArgs& a) {
     std::fprintf(stderr, "dinfer generate: %s\n", device.status().ToString().c_str());
     return 2;
   }
+  if (Status q = ModelRunner::CheckQuantization(a.engine.quantization, *device); !q.ok()) {
+    std::fprintf(stderr, "dinfer generate: %s\n", q.ToString().c_str());
+    return 2;
+  }
   EngineConfig ec;
   ec.device = *device;
+  ec.cuda_fp8_weights = a.engine.quantization == "fp8";
   ec.threads = a.engine.threads;
   ec.f32_activations = a.engine.f32_activations;
   ec.scheduler.max_num_seqs = 1;

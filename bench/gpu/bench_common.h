@@ -64,13 +64,16 @@ struct Limits {
 StatusOr<Limits> MeasureLimits(const cuda::Stream& stream, int multiprocessors);
 
 // The kernel speed table (bench mode "kernels") and the model benchmarks (mode "model").
-// only: run the sections whose name ("gemm", "attention", "elementwise") contains it.
+// only: run the sections whose name ("gemm", "fp8 gemm", "attention", "elementwise") contains
+// it.
 StatusOr<boost::json::object> KernelBench(const cuda::Stream& stream, const Limits& limits,
                                           int multiprocessors, const std::string& only);
 struct ModelBenchOptions {
   std::string config_path;
   bool throughput = true;    // the 1,000 / 1,000 at 256 concurrent run (the longest part)
   bool decode_only = false;  // 16 batch-1 decode steps and nothing else (for a profiler)
+  // FP8: layer weights as e4m3 with per-channel scales (FP8 GEMMs) and an FP8 KV cache.
+  bool fp8 = false;
 };
 StatusOr<boost::json::object> ModelBench(const ModelBenchOptions& options, const Limits& limits);
 

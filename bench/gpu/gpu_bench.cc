@@ -62,7 +62,7 @@ Status Main(int argc, char** argv) {
   if (argc < 3) {
     return InvalidArgument(
         "usage: dinfer_gpu_bench kernels OUT.json [SECTION] | model CONFIG OUT.json "
-        "[--no-throughput | --decode-only]");
+        "[--no-throughput | --decode-only] [--fp8]");
   }
   if (cuda::DeviceCount() == 0) return MakeError(StatusCode::kFailedPrecondition, "no CUDA device");
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::GetDeviceInfo(0));
@@ -88,6 +88,7 @@ Status Main(int argc, char** argv) {
     for (int i = 4; i < argc; ++i) {
       if (std::strcmp(argv[i], "--no-throughput") == 0) o.throughput = false;
       if (std::strcmp(argv[i], "--decode-only") == 0) o.decode_only = true;
+      if (std::strcmp(argv[i], "--fp8") == 0) o.fp8 = true;
     }
     DINFER_ASSIGN_OR_RETURN(out["model"], ModelBench(o, limits));
   } else {

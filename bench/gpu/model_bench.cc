@@ -96,6 +96,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
   json::object out;
   const auto t0 = Clock::now();
   DINFER_ASSIGN_OR_RETURN(auto model, GpuDecoder::Random(c, 7));
+  if (o.fp8) DINFER_RETURN_IF_ERROR(model->QuantizeWeightsFp8());
   const int64_t weight_bytes = model->weight_bytes();
   GpuRunnerOptions ro;
   ro.block_size = kBlockSize;
@@ -103,14 +104,16 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
   ro.num_blocks = kMaxSeqs * kBlocksPerSeq;
   ro.max_num_tokens = 16384;
   ro.max_num_seqs = kMaxSeqs;
+  if (o.fp8) ro.kv_cache_dtype = DType::kF8E4M3;
   DINFER_ASSIGN_OR_RETURN(auto runner, GpuRunner::Create(std::move(model), ro));
   GpuRunner& r = *runner;
   const cuda::Stream& stream = r.stream();
   out["init_s"] = Seconds(t0, Clock::now());
   out["weight_bytes"] = weight_bytes;
   out["config"] = o.config_path;
-  std::printf("model: %.2f GB of bf16 weights, ready in %.1f s\n", weight_bytes / 1e9,
-              Seconds(t0, Clock::now()));
+  out["fp8"] = o.fp8;
+  std::printf("model: %.2f GB of %s weights, ready in %.1f s\n", weight_bytes / 1e9,
+              o.fp8 ? "fp8 (layers) + bf16" : "bf16", Seconds(t0, Clock::now()));
 
   {  // Batch-1 decode.
     Seqs s = MakeSeqs(1, 128, c.vocab_size, 1);

@@ -34,6 +34,14 @@ struct EngineOptions {
   // Where the model runs: "cuda" (the first GPU, weights as bf16), "cpu", or "auto": the GPU when
   // this build has CUDA and one is visible, else the CPU.
   std::string device = "auto";
+  // KV cache elements: "auto" (the activations' dtype) or "fp8" (float8 e4m3fn on CUDA: half the
+  // bytes of bf16, so twice the tokens fit), storing K / kv_cache_scale and V / kv_cache_scale.
+  std::string kv_cache_dtype = "auto";
+  double kv_cache_scale = 1.0;
+  // "none", or "fp8": on CUDA, the layers' matrices as e4m3 with one scale per output channel,
+  // multiplied by FP8 GEMMs with activations quantized per token (the embedding and LM head stay
+  // bf16).
+  std::string quantization = "none";
 };
 
 // Structured output: the generated text must follow a JSON Schema ("json_schema"), be any JSON

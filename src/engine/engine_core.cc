@@ -21,6 +21,9 @@ RunnerOptions MakeRunnerOptions(const EngineConfig& c) {
   o.f32_activations = c.f32_activations;
   o.device = c.device;
   o.cuda_dtype = c.cuda_dtype;
+  o.kv_cache_dtype = c.kv_cache_dtype;
+  o.kv_scale = c.kv_scale;
+  o.cuda_fp8_weights = c.cuda_fp8_weights;
   o.max_seq_len = c.scheduler.max_model_len;
   o.max_num_tokens = c.scheduler.max_num_batched_tokens;
   o.max_num_seqs = c.scheduler.max_num_seqs;

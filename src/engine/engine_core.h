@@ -41,6 +41,9 @@ struct EngineConfig {
   // Where the forward pass runs (ModelRunner); sampling stays on the CPU.
   Device device = Device::kCpu;
   DType cuda_dtype = DType::kBF16;
+  DType kv_cache_dtype = DType::kBF16;  // RunnerOptions::kv_cache_dtype
+  float kv_scale = 1.0f;
+  bool cuda_fp8_weights = false;  // RunnerOptions::cuda_fp8_weights
 };
 
 struct RequestOptions {

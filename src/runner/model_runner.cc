@@ -31,12 +31,15 @@ StatusOr<std::unique_ptr<GpuRunner>> MakeGpuRunner(const Model& model, const Run
     return Unimplemented("architecture '{}' has no CUDA forward pass", model.config().arch);
   }
   DINFER_ASSIGN_OR_RETURN(auto gpu_model, GpuDecoder::Upload(*decoder, o.cuda_dtype));
+  if (o.cuda_fp8_weights) DINFER_RETURN_IF_ERROR(gpu_model->QuantizeWeightsFp8());
   GpuRunnerOptions g;
   g.num_blocks = BlocksFor(o);
   g.block_size = o.block_size;
   g.max_seq_len = o.max_seq_len;
   g.max_num_tokens = o.max_num_tokens;
   g.max_num_seqs = o.max_num_seqs;
+  g.kv_cache_dtype = o.kv_cache_dtype;
+  g.kv_scale = o.kv_scale;
   return GpuRunner::Create(std::move(gpu_model), g);
 #else
   return Unimplemented("this build has no CUDA backend (configure with -DDINFER_CUDA=ON)");
@@ -53,6 +56,26 @@ bool ModelRunner::CudaAvailable() {
 #endif
 }
 
+StatusOr<DType> ModelRunner::ParseKvCacheDtype(std::string_view name, Device device) {
+  if (name == "auto" || name == "bf16") return DType::kBF16;
+  if (name == "fp8" || name == "fp8_e4m3") {
+    if (device != Device::kCuda) {
+      return InvalidArgument("an FP8 KV cache needs the CUDA runner (--device cuda)");
+    }
+    return DType::kF8E4M3;
+  }
+  return InvalidArgument("KV cache dtype '{}': use auto, bf16 or fp8", name);
+}
+
+Status ModelRunner::CheckQuantization(std::string_view name, Device device) {
+  if (name == "none") return OkStatus();
+  if (name != "fp8") return InvalidArgument("quantization '{}': use none or fp8", name);
+  if (device != Device::kCuda) {
+    return InvalidArgument("--quantization fp8 needs the CUDA runner (--device cuda)");
+  }
+  return OkStatus();
+}
+
 StatusOr<Device> ModelRunner::ParseDevice(std::string_view name) {
   if (name == "cpu") return Device::kCpu;
   if (name == "cuda") return Device::kCuda;
@@ -63,7 +86,8 @@ StatusOr<Device> ModelRunner::ParseDevice(std::string_view name) {
 int64_t ModelRunner::KvBytesPerBlock(const Model& model, const RunnerOptions& o) {
   if (o.device == Device::kCpu) return KvStorage::BytesPerBlock(model.KvLayoutFor(o.block_size));
   const ModelConfig& c = model.config();
-  const int64_t elem = o.cuda_dtype == DType::kBF16 ? 2 : 4;
+  const int64_t elem =
+      o.kv_cache_dtype == DType::kF8E4M3 ? 1 : (o.cuda_dtype == DType::kBF16 ? 2 : 4);
   return 2 * c.num_layers * o.block_size * c.num_kv_heads * c.head_dim * elem;
 }
 

@@ -27,6 +27,12 @@ struct RunnerOptions {
   // these limits per step.
   Device device = Device::kCpu;
   DType cuda_dtype = DType::kBF16;  // f32 keeps CUDA numerics next to the CPU's (tests)
+  // kF8E4M3: an FP8 KV cache on CUDA with one fixed scale (GpuRunnerOptions); anything else:
+  // K and V in cuda_dtype. The CPU runner keeps its own layout.
+  DType kv_cache_dtype = DType::kBF16;
+  float kv_scale = 1.0f;
+  // CUDA: the layers' matrices as e4m3 with per-channel scales (GpuDecoder::QuantizeWeightsFp8).
+  bool cuda_fp8_weights = false;
   int64_t max_num_tokens = 8192;
   int64_t max_num_seqs = 256;
 };
@@ -58,8 +64,13 @@ class ModelRunner {
   static bool CudaAvailable();
   // "cpu", "cuda", or "auto" (CUDA when available, else the CPU).
   static StatusOr<Device> ParseDevice(std::string_view name);
+  // "auto" or "bf16" (the activations' dtype: kBF16 here), "fp8" or "fp8_e4m3" (kF8E4M3); an FP8
+  // cache needs the CUDA runner.
+  static StatusOr<DType> ParseKvCacheDtype(std::string_view name, Device device);
+  // "none", or "fp8" (cuda_fp8_weights; the CUDA runner only).
+  static Status CheckQuantization(std::string_view name, Device device);
   // Bytes of KV cache per block with these options (the model's KV layout in f32 on the CPU,
-  // K and V in cuda_dtype on CUDA).
+  // K and V in cuda_dtype, or one byte an element for FP8, on CUDA).
   static int64_t KvBytesPerBlock(const Model& model, const RunnerOptions& options);
 
  private:

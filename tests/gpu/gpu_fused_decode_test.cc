@@ -1,14 +1,15 @@
 // Decode steps of a bf16 model whose widths take the fused path (each RMSNorm and the SiLU·mul run
 // inside the staged GEMV after them, the residual stream alternating between two buffers):
 // logits of GpuRunner against the CPU runner on a random Llama written as a safetensors
-// checkpoint (hidden 2048, MLP 4096, 16 query / 4 KV heads of 128, 2 layers). Skipped without a
-// GPU.
+// checkpoint (hidden 2048, MLP 4096, 16 query / 4 KV heads of 128, 2 layers). On the same model,
+// an FP8 (e4m3) KV cache against the bf16 one. Skipped without a GPU.
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <random>
 
 #include "gpu_test_util.h"
 #include "model/layers/decoder.h"
@@ -144,6 +145,80 @@ TEST(GpuFusedDecodeTest, LogitsMatchCpu) {
   for (size_t r = 0; r < rows; ++r) {
     EXPECT_LE(RowRelError(&gpu_rows[r * kVocab], &cpu_rows[r * kVocab], kVocab), 3e-2)
         << "row " << r;
+  }
+  fs::remove_all(dir);
+}
+
+// The FP8 KV cache, then also FP8 weights (per-channel scales, FP8 GEMMs), against bf16: a
+// prompt in two chunks (the second's prefill tiles read the first's keys from the cache), then
+// decode steps; e4m3 keeps about 2 significant digits of each element, so logits move by a few
+// percent, not more.
+TEST(GpuFusedDecodeTest, Fp8KvCacheAndWeightsStayCloseToBf16) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = WriteModel();
+  auto lm = LoadModel(dir, LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  const auto* decoder = dynamic_cast<const layers::DecoderModel*>(lm->model.get());
+  ASSERT_NE(decoder, nullptr);
+  std::vector<int32_t> prompt(80);
+  std::mt19937 rng(5);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % kVocab);
+  const std::vector<int32_t> decode = {100, 7, 255, 42, 1, 500};
+  std::vector<int32_t> table(8);
+  std::iota(table.begin(), table.end(), 0);
+  std::reverse(table.begin(), table.end());
+  auto run = [&](DType kv_dtype, bool fp8_weights) {
+    std::vector<float> rows;
+    auto model = GpuDecoder::Upload(*decoder, DType::kBF16);
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    if (!model.ok()) return rows;
+    if (fp8_weights) {
+      const Status q = (*model)->QuantizeWeightsFp8();
+      EXPECT_TRUE(q.ok()) << q.ToString();
+      if (!q.ok()) return rows;
+    }
+    GpuRunnerOptions go;
+    go.num_blocks = 8;
+    go.max_seq_len = 128;
+    go.max_num_tokens = 128;
+    go.max_num_seqs = 2;
+    go.kv_cache_dtype = kv_dtype;
+    auto gpu = GpuRunner::Create(std::move(*model), go);
+    EXPECT_TRUE(gpu.ok()) << gpu.status().ToString();
+    if (!gpu.ok()) return rows;
+    const std::span<const int32_t> all(prompt);
+    const SeqChunk chunks[2] = {{all.first(48), 0, table, SeqChunk::Logits::kLast},
+                                {all.subspan(48), 48, table, SeqChunk::Logits::kAll}};
+    for (const SeqChunk& c : chunks) {
+      auto l = (*gpu)->Execute(std::span(&c, 1));
+      EXPECT_TRUE(l.ok()) << l.status().ToString();
+      if (!l.ok()) return rows;
+      rows.insert(rows.end(), l->as<float>(), l->as<float>() + l->numel());
+    }
+    int64_t pos = static_cast<int64_t>(prompt.size());
+    for (size_t i = 0; i < decode.size(); ++i, ++pos) {
+      SeqChunk step{std::span(&decode[i], 1), pos, table, SeqChunk::Logits::kLast};
+      auto r = (*gpu)->Execute(std::span(&step, 1));
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (!r.ok()) return rows;
+      rows.insert(rows.end(), r->as<float>(), r->as<float>() + kVocab);
+    }
+    return rows;
+  };
+  const auto bf16_rows = run(DType::kBF16, false);
+  const size_t rows = 1 + (prompt.size() - 48) + decode.size();
+  ASSERT_EQ(bf16_rows.size(), rows * kVocab);
+  for (bool fp8_weights : {false, true}) {
+    const auto fp8_rows = run(DType::kF8E4M3, fp8_weights);
+    ASSERT_EQ(fp8_rows.size(), rows * kVocab);
+    double worst = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      const double e = RowRelError(&fp8_rows[r * kVocab], &bf16_rows[r * kVocab], kVocab);
+      worst = std::max(worst, e);
+      EXPECT_LE(e, fp8_weights ? 0.15 : 0.1) << "row " << r << (fp8_weights ? " fp8 weights" : "");
+    }
+    std::printf("FP8 KV cache%s: worst row error %.3g against bf16\n",
+                fp8_weights ? " and FP8 weights" : "", worst);
   }
   fs::remove_all(dir);
 }

@@ -8,6 +8,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/qkv.h"
 #include "model/layers/decoder.h"
 
@@ -171,6 +172,43 @@ StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Random(const ModelConfig& c, u
   return g;
 }
 
+Status GpuDecoder::QuantizeWeightsFp8() {
+  if (dtype_ != DType::kBF16) return InvalidArgument("FP8 weights are made from bf16 weights");
+  if (max_tokens_ > 0) {
+    return MakeError(StatusCode::kFailedPrecondition, "QuantizeWeightsFp8 comes before Reserve");
+  }
+  if (fp8_weights_) return OkStatus();
+  auto quantize = [&](DeviceTensor& w, std::optional<DeviceTensor>& scale) -> Status {
+    const int64_t n = w.view().dim(0), k = w.view().dim(1);
+    if (k % 16 != 0) return Unimplemented("FP8 weights with rows of {} (not a multiple of 16)", k);
+    DINFER_ASSIGN_OR_RETURN(DeviceTensor q, DeviceTensor::Empty(DType::kF8E4M3, {n, k}));
+    DINFER_ASSIGN_OR_RETURN(DeviceTensor s, DeviceTensor::Empty(DType::kF32, {n}));
+    kc::Fp8QuantizeParams p;
+    p.x = w.data();
+    p.ldx = k;
+    p.m = n;
+    p.k = k;
+    p.dtype = DType::kBF16;
+    p.out = q.data();
+    p.scaling = kc::Fp8Scaling::kChannel;
+    p.scale = s.as<float>();
+    DINFER_RETURN_IF_ERROR(cuda::CudaStatus(kc::QuantizeFp8(p, nullptr), "quantize weights"));
+    DINFER_RETURN_IF_ERROR(cuda::Synchronize());  // before the bf16 matrix is freed
+    weight_bytes_ += Bytes(q) + Bytes(s) - Bytes(w);
+    w = std::move(q);
+    scale = std::move(s);
+    return OkStatus();
+  };
+  for (Layer& l : layers_) {
+    DINFER_RETURN_IF_ERROR(quantize(l.qkv, l.qkv_scale));
+    DINFER_RETURN_IF_ERROR(quantize(l.o, l.o_scale));
+    DINFER_RETURN_IF_ERROR(quantize(l.gate_up, l.gate_up_scale));
+    DINFER_RETURN_IF_ERROR(quantize(l.down, l.down_scale));
+  }
+  fp8_weights_ = true;
+  return OkStatus();
+}
+
 Status GpuDecoder::Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_split_cells) {
   if (max_tokens <= max_tokens_ && max_logits <= max_logits_ &&
       max_split_cells <= max_split_cells_) {
@@ -182,11 +220,19 @@ Status GpuDecoder::Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_s
   const ModelConfig& c = config_;
   const int64_t e = ElemBytes(dtype_), h = c.hidden_size, inter = c.intermediate_size;
   const int64_t q_dim = c.num_heads * c.head_dim, kv = kv_dim();
-  const int64_t sizes[] = {
-      max_tokens * h * 4,      max_tokens * h * e,           max_tokens * (q_dim + 2 * kv) * e,
-      max_tokens * q_dim * e,  max_tokens * h * e,           max_tokens * 2 * inter * e,
-      max_tokens * inter * e,  max_logits * h * e,           max_split_cells * c.head_dim * 4,
-      max_split_cells * 2 * 4, kc::kGemvFusedMaxRows * h * 4};
+  const int64_t sizes[] = {max_tokens * h * 4,
+                           max_tokens * h * e,
+                           max_tokens * (q_dim + 2 * kv) * e,
+                           max_tokens * q_dim * e,
+                           max_tokens * h * e,
+                           max_tokens * 2 * inter * e,
+                           max_tokens * inter * e,
+                           max_logits * h * e,
+                           max_split_cells * c.head_dim * 4,
+                           max_split_cells * 2 * 4,
+                           kc::kGemvFusedMaxRows * h * 4,
+                           fp8_weights_ ? max_tokens * std::max({h, inter, q_dim}) : 0,
+                           fp8_weights_ ? max_tokens * 4 : 0};
   size_t total = 0;
   for (int64_t s : sizes) total += static_cast<size_t>(s) + cuda::DeviceArena::kAlignment;
   DINFER_ASSIGN_OR_RETURN(arena_, cuda::DeviceArena::Create(total));
@@ -205,6 +251,8 @@ Status GpuDecoder::Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_s
   split_out_ = static_cast<float*>(ptrs[8]);
   split_stats_ = static_cast<float*>(ptrs[9]);
   hidden_alt_ = static_cast<float*>(ptrs[10]);
+  act8_ = ptrs[11];
+  act_scale_ = static_cast<float*>(ptrs[12]);
   max_tokens_ = max_tokens;
   max_logits_ = max_logits;
   max_split_cells_ = max_split_cells;
@@ -212,7 +260,35 @@ Status GpuDecoder::Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_s
 }
 
 Status GpuDecoder::Gemm(const void* x, const DeviceTensor& w, void* y, int64_t m, DType out,
-                        void* stream) {
+                        void* stream, const std::optional<DeviceTensor>& w_scale) {
+  if (w.view().dtype == DType::kF8E4M3) {
+    if (!w_scale) return Internal("FP8 weights without scales");
+    const int64_t n = w.view().dim(0), k = w.view().dim(1);
+    kc::Fp8QuantizeParams q;
+    q.x = x;
+    q.ldx = k;
+    q.m = m;
+    q.k = k;
+    q.dtype = dtype_;
+    q.out = act8_;
+    q.scaling = kc::Fp8Scaling::kChannel;
+    q.scale = act_scale_;
+    DINFER_RETURN_IF_ERROR(cuda::CudaStatus(kc::QuantizeFp8(q, stream), "quantize activations"));
+    kc::Fp8GemmParams p;
+    p.x = act8_;
+    p.w = w.data();
+    p.y = y;
+    p.ldx = p.ldw = k;
+    p.ldy = n;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.out_dtype = out;
+    p.scaling = kc::Fp8Scaling::kChannel;
+    p.x_scale = act_scale_;
+    p.w_scale = w_scale->as<float>();
+    return gemm_->RunFp8(p, stream);
+  }
   kc::GemmParams p;
   p.x = x;
   p.w = w.data();
@@ -266,8 +342,8 @@ bool GpuDecoder::FusedDecode(int64_t n) const {
   const ModelConfig& c = config_;
   const int64_t q_dim = c.num_heads * c.head_dim;
   // The staged GEMV's shapes: every product of the layer reads rows of whole 2,048-element chunks.
-  return dtype_ == DType::kBF16 && n <= kc::kGemvFusedMaxRows && c.hidden_size % 2048 == 0 &&
-         c.intermediate_size % 2048 == 0 && q_dim % 2048 == 0;
+  return dtype_ == DType::kBF16 && !fp8_weights_ && n <= kc::kGemvFusedMaxRows &&
+         c.hidden_size % 2048 == 0 && c.intermediate_size % 2048 == 0 && q_dim % 2048 == 0;
 }
 
 Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* logits, void* stream) {
@@ -316,6 +392,9 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
   qp.rotary_dim = c.rotary_dim;
   qp.interleaved = c.rope_interleaved;
   qp.slot_mapping = step.slots;
+  qp.kv_fp8 = kv.fp8;
+  qp.k_scale = kv.k_scale;
+  qp.v_scale = kv.v_scale;
 
   kc::AttentionParams at;
   at.q = qkv_buf_;
@@ -333,6 +412,9 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
   at.max_blocks_per_seq = step.max_blocks_per_seq;
   at.scale = attn_scale_;
   at.softcap = softcap_;
+  at.kv_fp8 = kv.fp8;
+  at.k_scale = kv.k_scale;
+  at.v_scale = kv.v_scale;
   at.row_tokens = step.row_tokens;
   at.num_rows = step.num_rows;
   at.num_splits = step.num_splits;
@@ -364,7 +446,7 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
       norm.add_bias = nullptr;  // the add is the previous MLP's output, which has no bias
       norm.weight = l.input_norm.as<float>();
       DINFER_RETURN_IF_ERROR(check(kc::RmsNorm(norm, stream), "input norm"));
-      DINFER_RETURN_IF_ERROR(Gemm(normed_, l.qkv, qkv_buf_, n, dtype_, stream));
+      DINFER_RETURN_IF_ERROR(Gemm(normed_, l.qkv, qkv_buf_, n, dtype_, stream, l.qkv_scale));
     }
     qp.bias = l.qkv_bias ? l.qkv_bias->as<float>() : nullptr;
     qp.q_norm = l.q_norm ? l.q_norm->as<float>() : nullptr;
@@ -392,14 +474,14 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
       DINFER_RETURN_IF_ERROR(StagedGemv(down, l.down, branch_, n, dtype_, stream));
       continue;
     }
-    DINFER_RETURN_IF_ERROR(Gemm(attn_, l.o, branch_, n, dtype_, stream));
+    DINFER_RETURN_IF_ERROR(Gemm(attn_, l.o, branch_, n, dtype_, stream, l.o_scale));
     norm.add = branch_;
     norm.add_bias = o_bias;
     norm.weight = l.post_norm.as<float>();
     DINFER_RETURN_IF_ERROR(check(kc::RmsNorm(norm, stream), "post-attention norm"));
-    DINFER_RETURN_IF_ERROR(Gemm(normed_, l.gate_up, gate_up_, n, dtype_, stream));
+    DINFER_RETURN_IF_ERROR(Gemm(normed_, l.gate_up, gate_up_, n, dtype_, stream, l.gate_up_scale));
     DINFER_RETURN_IF_ERROR(check(kc::SiluMul(act, stream), "silu mul"));
-    DINFER_RETURN_IF_ERROR(Gemm(act_, l.down, branch_, n, dtype_, stream));
+    DINFER_RETURN_IF_ERROR(Gemm(act_, l.down, branch_, n, dtype_, stream, l.down_scale));
   }
   if (fused) {
     return NormGemv(residual, branch_, nullptr, final_norm_, lm_head_ ? *lm_head_ : embed_, logits,

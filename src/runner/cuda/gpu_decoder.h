@@ -45,10 +45,13 @@ struct GpuStep {
   int64_t num_tiles = 0;
 };
 
-// Per-layer paged K and V caches ([num_blocks, block_size, kv_dim] of the model's dtype).
+// Per-layer paged K and V caches ([num_blocks, block_size, kv_dim] of the model's dtype, or with
+// fp8 of e4m3fn bytes holding k / k_scale and v / v_scale).
 struct GpuKvCache {
   std::vector<void*> k, v;
   int64_t block_size = 0;
+  bool fp8 = false;
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 
 class GpuDecoder {
@@ -59,6 +62,13 @@ class GpuDecoder {
                                                       DType dtype);
   // bf16 weights of a config's shapes, uniform random, made on the device (speed benchmarks).
   static StatusOr<std::unique_ptr<GpuDecoder>> Random(const ModelConfig& config, uint64_t seed);
+
+  // Replaces the layers' bf16 matrices (q/k/v, o, gate/up, down) by e4m3 with one f32 scale per
+  // output channel (amax / 448); the embedding and the LM head stay bf16. Their products then
+  // quantize the activations per token and run as FP8 GEMMs (cuBLASLt), and the fused decode
+  // GEMVs (bf16 weights only) are off. Before Reserve.
+  Status QuantizeWeightsFp8();
+  bool fp8_weights() const { return fp8_weights_; }
 
   // Activation buffers for steps of up to max_tokens tokens, max_logits logits rows and
   // max_split_cells cells of split-K attention workspace (rows × heads × splits).
@@ -80,11 +90,14 @@ class GpuDecoder {
     cuda::DeviceTensor input_norm, post_norm;  // f32
     cuda::DeviceTensor qkv, o, gate_up, down;
     std::optional<cuda::DeviceTensor> qkv_bias, o_bias, q_norm, k_norm;  // f32
+    // FP8 weights: per-output-channel scales of qkv, o, gate_up, down (f32 [rows]).
+    std::optional<cuda::DeviceTensor> qkv_scale, o_scale, gate_up_scale, down_scale;
     int64_t sliding_window = 0;
   };
   GpuDecoder(ModelConfig config, DType dtype) : config_(std::move(config)), dtype_(dtype) {}
+  // y = x · wᵀ; e4m3 weights (with their scales) quantize x per row into act8_ first.
   Status Gemm(const void* x, const cuda::DeviceTensor& w, void* y, int64_t m, DType out,
-              void* stream);
+              void* stream, const std::optional<cuda::DeviceTensor>& w_scale = std::nullopt);
   // Decode steps of a few tokens fuse each RMSNorm (and the SiLU·mul) into the GEMV after it.
   bool FusedDecode(int64_t num_tokens) const;
   // RMSNorm(residual + add) fused into y = norm · wᵀ; `residual` moves to the buffer that
@@ -116,6 +129,9 @@ class GpuDecoder {
   void *normed_ = nullptr, *qkv_buf_ = nullptr, *attn_ = nullptr, *branch_ = nullptr;
   void *gate_up_ = nullptr, *act_ = nullptr, *last_ = nullptr;
   float *split_out_ = nullptr, *split_stats_ = nullptr;
+  bool fp8_weights_ = false;
+  void* act8_ = nullptr;        // FP8 weights: e4m3 activations [max_tokens, widest k]
+  float* act_scale_ = nullptr;  // and their per-row scales [max_tokens]
 };
 
 }  // namespace dinfer

@@ -40,11 +40,21 @@ StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuDecode
   DINFER_ASSIGN_OR_RETURN(r->stream_, cuda::Stream::Create());
 
   const ModelConfig& c = r->model_->config();
-  const int64_t elem = r->model_->dtype() == DType::kF32 ? 4 : 2;
+  const bool fp8 = o.kv_cache_dtype == DType::kF8E4M3;
+  if (fp8 && (r->model_->dtype() != DType::kBF16 ||
+              !kc::PrefillSupports(DType::kBF16, c.head_dim) || !(o.kv_scale > 0.0f))) {
+    return InvalidArgument(
+        "an FP8 KV cache needs bf16 weights, head_dim 64 or 128 and a positive scale (got {}, "
+        "{}, {})",
+        DTypeName(r->model_->dtype()), c.head_dim, o.kv_scale);
+  }
+  const int64_t elem = fp8 ? 1 : (r->model_->dtype() == DType::kF32 ? 4 : 2);
   const int64_t per_layer = (o.num_blocks + 1) * o.block_size * r->model_->kv_dim() * elem;
   DINFER_ASSIGN_OR_RETURN(r->kv_memory_, cuda::DeviceBuffer::Allocate(
                                              static_cast<size_t>(2 * c.num_layers * per_layer)));
   r->kv_.block_size = o.block_size;
+  r->kv_.fp8 = fp8;
+  r->kv_.k_scale = r->kv_.v_scale = o.kv_scale;
   for (int64_t i = 0; i < c.num_layers; ++i) {
     char* base = static_cast<char*>(r->kv_memory_.data());
     r->kv_.k.push_back(base + 2 * i * per_layer);

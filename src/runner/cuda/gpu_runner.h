@@ -27,6 +27,12 @@ struct GpuRunnerOptions {
   int64_t max_num_seqs = 256;     // sequences per step; decode graphs cover batches up to this
   int64_t max_logits_rows = 0;    // logits rows per step; 0: max_num_seqs
   bool cuda_graphs = true;
+  // kF8E4M3: the KV cache holds float8 e4m3fn (half the bytes of bf16), k / kv_scale and
+  // v / kv_scale with one fixed scale for every layer (1.0, vLLM's default without calibrated
+  // scales, suits K and V of at most 448 in magnitude); bf16 models with head_dim 64 or 128.
+  // Any other value: the model's dtype.
+  DType kv_cache_dtype = DType::kBF16;
+  float kv_scale = 1.0f;
 };
 
 struct LaunchOptions {
