@@ -324,7 +324,11 @@ TEST_P(Fp8GemmTest, MatchesDequantizedProduct) {
   p.scaling = tc.scaling;
   p.x_scale = static_cast<const float*>(d_xs.data());
   p.w_scale = static_cast<const float*>(d_ws.data());
-  ASSERT_STATUS_OK((*runner)->RunFp8(p, nullptr));
+  const Status run = (*runner)->RunFp8(p, nullptr);
+  if (tc.scaling == kc::Fp8Scaling::kBlock128 && run.code() == StatusCode::kUnimplemented) {
+    GTEST_SKIP() << run.ToString();  // this cuBLASLt offers no block-scaled FP8 algorithm
+  }
+  ASSERT_STATUS_OK(run);
   // Hopper's FP8 tensor cores accumulate with fewer bits than f32 between cuBLASLt's promotions.
   const double tol = tc.out == DType::kF32 ? 1e-3 : Tolerance(tc.out);
   EXPECT_LE(RelError(Download(d_y, m * n, tc.out), RoundTo(tc.out, want)), tol);

@@ -182,6 +182,7 @@ TEST(GpuFusedDecodeTest, Fp8KvCacheAndWeightsStayCloseToBf16) {
     go.max_seq_len = 128;
     go.max_num_tokens = 128;
     go.max_num_seqs = 2;
+    go.max_logits_rows = 64;
     go.kv_cache_dtype = kv_dtype;
     auto gpu = GpuRunner::Create(std::move(*model), go);
     EXPECT_TRUE(gpu.ok()) << gpu.status().ToString();

@@ -1,6 +1,9 @@
 // QuantizeFp8 (gemm.h): activations to e4m3 with per-tensor (given), per-row or per-128-column
 // group scales, for the FP8 products. One warp per row (kChannel: looping over the row twice,
 // the second pass from L2) or per 128-column group (each lane 4 values, held in registers).
+// ScaleOuter: the per-row and per-column scales of a channel-scaled product, applied after it.
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
 
@@ -57,7 +60,37 @@ __global__ void __launch_bounds__(kWarps * 32) QuantizeKernel(Fp8QuantizeParams 
   }
 }
 
+// Two elements a thread (n even), grid-stride.
+template <typename T>
+__global__ void ScaleOuterKernel(T* y, int64_t ldy, int64_t m, int64_t n, const float* row_scale,
+                                 const float* col_scale) {
+  WaitForPrerequisites();
+  AllowDependents();
+  const int64_t half = n / 2, pairs = m * half;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / half, c = (i % half) * 2;
+    const float rs = row_scale[r];
+    T* q = y + r * ldy + c;
+    q[0] = FromFloat<T>(ToFloat(q[0]) * rs * col_scale[c]);
+    q[1] = FromFloat<T>(ToFloat(q[1]) * rs * col_scale[c + 1]);
+  }
+}
+
 }  // namespace
+
+int ScaleOuter(void* y, int64_t ldy, int64_t m, int64_t n, DType dtype, const float* row_scale,
+               const float* col_scale, void* stream) {
+  if (m == 0 || n == 0) return 0;
+  if (n % 2 != 0) return cudaErrorInvalidValue;
+  const int64_t pairs = m * (n / 2);
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 4096));
+  return DispatchFloat(dtype, [&](auto t) {
+    using T = decltype(t);
+    return LaunchDependent(ScaleOuterKernel<T>, blocks, 256, 0, static_cast<cudaStream_t>(stream),
+                           static_cast<T*>(y), ldy, m, n, row_scale, col_scale);
+  });
+}
 
 int QuantizeFp8(const Fp8QuantizeParams& p, void* stream) {
   if (p.m == 0) return 0;

@@ -28,10 +28,8 @@ cudaDataType_t CudaType(DType t) {
 std::pair<int32_t, int32_t> ScaleModes(Fp8Scaling s) {
   switch (s) {
     case Fp8Scaling::kTensor:
+    case Fp8Scaling::kChannel:  // unit scalars; ScaleOuter applies the vectors
       return {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
-    case Fp8Scaling::kChannel:
-      return {CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
-              CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F};
     case Fp8Scaling::kBlock128:
       return {CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F};
   }
@@ -64,12 +62,19 @@ StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(size_t workspace_bytes)
     return Internal("cuBLASLt workspace of {} bytes", workspace_bytes);
   }
   r->workspace_bytes_ = workspace_bytes;
+  const float one = 1.0f;
+  if (cudaMalloc(&r->unit_scale_, sizeof(float)) != cudaSuccess ||
+      cudaMemcpy(r->unit_scale_, &one, sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+    cudaGetLastError();
+    return Internal("cuBLASLt unit scale");
+  }
   return r;
 }
 
 GemmRunner::~GemmRunner() {
   plans_.clear();
   if (workspace_ != nullptr) cudaFree(workspace_);
+  if (unit_scale_ != nullptr) cudaFree(unit_scale_);
   if (handle_ != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
@@ -205,22 +210,34 @@ Status GemmRunner::RunFp8(const Fp8GemmParams& p, void* stream) {
   g.k = p.k;
   g.in_dtype = DType::kF8E4M3;
   g.out_dtype = p.out_dtype;
-  DINFER_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(g, p.scaling));
+  const bool after = p.scaling == Fp8Scaling::kChannel;
+  auto plan_or = PlanFor(g, after ? Fp8Scaling::kTensor : p.scaling);
+  if (!plan_or.ok() && p.scaling == Fp8Scaling::kBlock128) {
+    return Unimplemented("FP8 GEMM with 128x128 block scales: cuBLASLt has no algorithm here ({})",
+                         plan_or.status().ToString());
+  }
+  DINFER_ASSIGN_OR_RETURN(const Plan* plan, std::move(plan_or));
   // The scale pointers change from call to call; the descriptor only carries them.
+  const float* a_scale = after ? unit_scale_ : p.w_scale;
+  const float* b_scale = after ? unit_scale_ : p.x_scale;
   DINFER_RETURN_IF_ERROR(
       LtStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                              &p.w_scale, sizeof(p.w_scale)),
+                                              &a_scale, sizeof(a_scale)),
                "a scale"));
   DINFER_RETURN_IF_ERROR(
       LtStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                              &p.x_scale, sizeof(p.x_scale)),
+                                              &b_scale, sizeof(b_scale)),
                "b scale"));
   const float alpha = 1.0f, beta = 0.0f;
-  return LtStatus(
-      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan->desc, &alpha, p.w, plan->a, p.x,
-                     plan->b, &beta, p.y, plan->c, p.y, plan->c, &plan->algo, workspace_,
-                     workspace_bytes_, static_cast<cudaStream_t>(stream)),
-      "fp8 matmul");
+  DINFER_RETURN_IF_ERROR(
+      LtStatus(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan->desc, &alpha, p.w,
+                              plan->a, p.x, plan->b, &beta, p.y, plan->c, p.y, plan->c, &plan->algo,
+                              workspace_, workspace_bytes_, static_cast<cudaStream_t>(stream)),
+               "fp8 matmul"));
+  if (!after) return OkStatus();
+  const int e = ScaleOuter(p.y, p.ldy, p.m, p.n, p.out_dtype, p.x_scale, p.w_scale, stream);
+  if (e != 0) return Internal("FP8 scales: {}", cudaGetErrorString(static_cast<cudaError_t>(e)));
+  return OkStatus();
 }
 
 }  // namespace dinfer::kernels::cuda

@@ -76,10 +76,14 @@ int GemvFused(const GemvFusedParams& p, void* stream);
 // bf16 or f32 output. The scales multiply:
 //   kTensor:   one f32 for all of x (x_scale[0]) and one for all of w (w_scale[0]);
 //   kChannel:  one per row of x (x_scale[m], per token) and one per row of w (w_scale[n], per
-//              output channel);
+//              output channel). cuBLASLt 13.0 on an H200 offers no algorithm for its
+//              OUTER_VEC scale mode (heuristic: invalid value, measured), so the product runs
+//              with unit scales and ScaleOuter multiplies y by x_scale[i] * w_scale[j] after;
 //   kBlock128: w in 128 x 128 blocks, w_scale [ceil(n / 128), ceil(k / 128)] row-major (as
 //              DeepSeek checkpoints store weight_scale_inv), x in 1 x 128 groups, x_scale
 //              [ceil(k / 128), m] (m contiguous: cuBLASLt's layout); k a multiple of 128.
+//              cuBLASLt's BLK128x128 / VEC128 modes: the same H200 refused them too, so RunFp8
+//              reports Unimplemented where cuBLASLt has no algorithm.
 // Scales are device pointers, read when the product runs.
 enum class Fp8Scaling { kTensor, kChannel, kBlock128 };
 struct Fp8GemmParams {
@@ -107,6 +111,9 @@ struct Fp8QuantizeParams {
   float* scale = nullptr;  // kTensor: read; else written, laid out as Fp8GemmParams::x_scale
 };
 int QuantizeFp8(const Fp8QuantizeParams& p, void* stream);
+// y[i, j] *= row_scale[i] * col_scale[j] for y [m, ldy] of dtype (f32 or bf16), in place.
+int ScaleOuter(void* y, int64_t ldy, int64_t m, int64_t n, DType dtype, const float* row_scale,
+               const float* col_scale, void* stream);
 
 class GemmRunner {
  public:
@@ -126,6 +133,7 @@ class GemmRunner {
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  float* unit_scale_ = nullptr;  // device 1.0f: the scales of FP8 products scaled after
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 
