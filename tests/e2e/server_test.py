@@ -381,6 +381,33 @@ def test_responses_and_messages_tool_calls(tool_server):
     assert after.content[0].type == "text"
 
 
+def test_strict_tools_with_auto_choice(tool_server):
+    """Strict tools, tool_choice auto: text stays free, and a call the model writes follows the schema."""
+    oai = openai.OpenAI(api_key="x", base_url=tool_server.url + "/v1", max_retries=0)
+    strict = {"type": "function", "function": {
+        "name": "get_weather", "strict": True,
+        "parameters": {"type": "object", "properties": {"city": {"enum": ["Oslo", "Rome"]}},
+                       "required": ["city"], "additionalProperties": False}}}
+    # The model copies a call for Paris; the schema only allows Oslo or Rome.
+    r = oai.chat.completions.create(model="default", messages=[{"role": "user", "content": CALL}], tools=[strict],
+                                    temperature=0, max_tokens=40)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls"
+    (call,) = c.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] in ("Oslo", "Rome")
+    # Without a call, the answer is text as before.
+    r = oai.chat.completions.create(model="default", messages=[{"role": "user", "content": QUESTION}],
+                                    tools=[strict], temperature=0, max_tokens=12)
+    assert r.choices[0].message.content and not r.choices[0].message.tool_calls
+    # vLLM's structural tag directly.
+    tag = {"type": "structural_tag", "triggers": ["<b>"],
+           "structures": [{"begin": "<b>", "schema": {"type": "integer"}, "end": "</b>"}]}
+    r = oai.chat.completions.create(model="default", temperature=0, max_tokens=40, response_format=tag,
+                                    messages=[{"role": "user", "content": "Copy exactly: the answer is <b>forty</b>."}])
+    for m in re.finditer(r"<b>(.*?)(</b>|$)", r.choices[0].message.content):
+        assert re.fullmatch(r"-?[0-9]*", m.group(1)), r.choices[0].message.content
+
+
 def test_reasoning(tool_server):
     oai = openai.OpenAI(api_key="x", base_url=tool_server.url + "/v1", max_retries=0)
     r = oai.chat.completions.create(model="default", messages=[{"role": "user", "content": QUESTION}],

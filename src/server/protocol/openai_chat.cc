@@ -99,6 +99,8 @@ void ReadResponseFormat(FieldReader& r, GenerationRequest& req) {
   if (t == "text") return;
   if (t == "json_object") {
     ReadJsonObjectFormat(r, "response_format", req);
+  } else if (t == "structural_tag") {
+    ReadStructuralTagFormat(r, "response_format", *format, req);
   } else if (t == "json_schema") {
     const json::value* spec = format->if_contains("json_schema");
     if (spec == nullptr || !spec->is_object()) {
@@ -109,7 +111,8 @@ void ReadResponseFormat(FieldReader& r, GenerationRequest& req) {
     ReadJsonSchemaFormat(r, "response_format.json_schema", spec->get_object(), req);
   } else {
     r.Fail("response_format",
-           fmt::format("'response_format.type' must be text, json_object or json_schema, got '{}'",
+           fmt::format("'response_format.type' must be text, json_object, json_schema or "
+                       "structural_tag, got '{}'",
                        t));
   }
 }
