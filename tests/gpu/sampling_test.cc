@@ -350,16 +350,24 @@ TEST(GpuSampling, SameSeedSameTokenInAnyBatch) {
 // Over many draws (one row per step) the frequencies follow the CPU's probabilities.
 TEST(GpuSampling, DistributionMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
-  constexpr int64_t kVocab = 40, kDraws = 40000;
   std::mt19937 rng(4);
-  const std::vector<float> logits = gpu_test::Random(kVocab, rng, 1.5f);
+  // Peaked: 40 tokens. Wide: 40 tokens and 3,960 tied ones 5 below the top, more candidates
+  // than the kernel keeps in shared memory, so the walks read the whole row.
+  const std::vector<float> peaked = gpu_test::Random(40, rng, 1.5f);
+  std::vector<float> wide = peaked;
+  wide.resize(4000, *std::max_element(peaked.begin(), peaked.end()) - 5.0f);
   struct Setting {
     double temperature, top_p, min_p;
     int top_k;
+    bool wide;
   };
-  for (const Setting& set :
-       {Setting{0.7, 1.0, 0.0, 0}, Setting{1.0, 0.8, 0.0, 0}, Setting{1.2, 1.0, 0.0, 10},
-        Setting{1.0, 1.0, 0.1, 0}, Setting{1.3, 0.9, 0.02, 20}}) {
+  for (const Setting& set : {Setting{0.7, 1.0, 0.0, 0, false}, Setting{1.0, 0.8, 0.0, 0, false},
+                             Setting{1.2, 1.0, 0.0, 10, false}, Setting{1.0, 1.0, 0.1, 0, false},
+                             Setting{1.3, 0.9, 0.02, 20, false}, Setting{1.0, 0.9, 0.0, 0, true},
+                             Setting{1.0, 1.0, 0.0, 3500, true}}) {
+    const std::vector<float>& logits = set.wide ? wide : peaked;
+    const auto kVocab = static_cast<int64_t>(logits.size());
+    const int64_t kDraws = set.wide ? 20000 : 40000;
     Case c = MakeCase(0, kVocab, rng);
     for (int64_t i = 0; i < kDraws; ++i) {
       c.logits.insert(c.logits.end(), logits.begin(), logits.end());
@@ -464,27 +472,32 @@ TEST(GpuSampling, LogprobsMatchTheCpu) {
 }
 
 // The cost of one engine step's sampling at 256 sequences x 128k vocabulary, on the device and
-// with the CPU sampler (one thread), printed for the record.
+// with the CPU sampler (one thread), printed for the record: flat random logits (the truncations
+// read the whole row) and peaked ones, as language models give (a few dozen tokens in reach).
 TEST(GpuSampling, StepTime) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(6);
-  Case c = MakeCase(256, 128256, rng, 2.0f);
-  for (int64_t r = 0; r < c.rows(); ++r) {
-    c.params[r].temperature = 0.8;
-    c.params[r].top_p = r % 2 == 0 ? 0.95 : 1.0;
-    c.params[r].top_k = r % 4 == 1 ? 50 : 0;
+  for (bool peaked : {false, true}) {
+    Case c = MakeCase(256, 128256, rng, 2.0f);
+    for (int64_t r = 0; r < c.rows(); ++r) {
+      c.params[r].temperature = 0.8;
+      c.params[r].top_p = r % 2 == 0 ? 0.95 : 1.0;
+      c.params[r].top_k = r % 4 == 1 ? 50 : 0;
+      if (!peaked) continue;
+      for (int i = 0; i < 30; ++i) c.logits[r * c.vocab + rng() % c.vocab] += 12.0f + i % 7;
+    }
+    const Result got = RunDevice(c, 3);
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r < c.rows(); ++r) {
+      sample::Sampler s = MakeSampler(c, r);
+      std::vector<float> row = MaskedRow(c, r);
+      (void)s.Sample(row);
+    }
+    const double cpu_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::printf("[sampling] 256 x 128256 %s: device %.3f ms, CPU (one thread) %.3f ms\n",
+                peaked ? "peaked" : "flat", got.ms, cpu_ms);
   }
-  const Result got = RunDevice(c, 3);
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t r = 0; r < c.rows(); ++r) {
-    sample::Sampler s = MakeSampler(c, r);
-    std::vector<float> row = MaskedRow(c, r);
-    (void)s.Sample(row);
-  }
-  const double cpu_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  std::printf("[sampling] 256 x 128256: device %.3f ms, CPU (one thread) %.3f ms\n", got.ms,
-              cpu_ms);
 }
 
 }  // namespace

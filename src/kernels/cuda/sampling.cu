@@ -131,28 +131,54 @@ __device__ __forceinline__ bool Crosses(u64 cum, u64 target, bool strict) {
   return strict ? cum > target : cum >= target;
 }
 
+// The tokens a walk visits: the whole row (token j is row[j]) or, for the sorted walks, a list
+// of candidates in index order (their logits and token ids).
+struct RowSource {
+  const float* row;
+  int64_t n;
+  __device__ __forceinline__ float value(int64_t j) const { return row[j]; }
+  __device__ __forceinline__ int32_t index(int64_t j) const { return static_cast<int32_t>(j); }
+};
+struct ListSource {
+  const float* values;
+  const int32_t* ids;
+  int64_t n;
+  __device__ __forceinline__ float value(int64_t j) const { return values[j]; }
+  __device__ __forceinline__ int32_t index(int64_t j) const { return ids[j]; }
+};
+
+// Warp w's contiguous range [begin, end) of n entries, whole multiples of 32 but the last.
+struct WarpRange {
+  int64_t begin, end;
+  __device__ explicit WarpRange(int64_t n) {
+    const int64_t span = (n + kWarps * 32 - 1) / (kWarps * 32) * 32;
+    begin = (threadIdx.x >> 5) * span;
+    end = begin + span < n ? begin + span : n;
+  }
+};
+
 struct Crossing {
   bool found;
   int32_t index;  // the first token (in the walk's order) at which the cumulative weight crosses
   u64 cum;        // the cumulative weight through that token
   u64 total;      // base + the weight of every token
+  uint32_t key;   // SortedCrossing: the crossing token's key
 };
 
 // Walks the tokens in index order accumulating weight(i, l, key) from `base` and finds the first
 // at which the sum crosses target_of(base + total weight) (> when strict, else >=). Warp w owns
 // a contiguous range of the vocabulary, so one pass gives each range's sum and a second pass
 // walks only the range that crosses.
-template <typename Weight, typename Target>
-__device__ Crossing IndexCrossing(const float* row, int64_t vocab, Shared& sh, Weight weight,
-                                  u64 base, Target target_of, bool strict) {
+template <typename Source, typename Weight, typename Target>
+__device__ Crossing IndexCrossing(const Source& src, Shared& sh, Weight weight, u64 base,
+                                  Target target_of, bool strict) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t span = (vocab + kWarps * 32 - 1) / (kWarps * 32) * 32;
-  const int64_t begin = warp * span;
-  const int64_t end = begin + span < vocab ? begin + span : vocab;
+  const WarpRange range(src.n);
+  const int64_t begin = range.begin, end = range.end;
   u64 sum = 0;
-  for (int64_t i = begin + lane; i < end; i += 32) {
-    const float l = row[i];
-    sum += weight(static_cast<int32_t>(i), l, Key(l));
+  for (int64_t j = begin + lane; j < end; j += 32) {
+    const float l = src.value(j);
+    sum += weight(src.index(j), l, Key(l));
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
@@ -173,22 +199,24 @@ __device__ Crossing IndexCrossing(const float* row, int64_t vocab, Shared& sh, W
     if (crossing != 0 && lane == __ffs(crossing) - 1) sh.cum = base + incl - mine;
   }
   __syncthreads();
-  Crossing c{sh.found != 0, 0, 0, sh.total};
+  Crossing c{sh.found != 0, 0, 0, sh.total, 0};
   if (c.found && warp == sh.warp) {
     const u64 target = sh.above;
     u64 acc = sh.cum;  // the weight before this warp's range
     for (int64_t t = begin; t < end; t += 32) {
-      const int64_t i = t + lane;
+      const int64_t j = t + lane;
       u64 w = 0;
-      if (i < end) {
-        const float l = row[i];
-        w = weight(static_cast<int32_t>(i), l, Key(l));
+      int32_t i = 0;
+      if (j < end) {
+        const float l = src.value(j);
+        i = src.index(j);
+        w = weight(i, l, Key(l));
       }
       const u64 incl = acc + WarpInclusiveScan(w);
       const unsigned crossing = __ballot_sync(kFull, Crosses(incl, target, strict));
       if (crossing != 0) {
         if (lane == __ffs(crossing) - 1) {
-          sh.index = static_cast<int32_t>(i);
+          sh.index = i;
           sh.cum = incl;
         }
         break;
@@ -208,9 +236,9 @@ __device__ Crossing IndexCrossing(const float* row, int64_t vocab, Shared& sh, W
 // four passes settle the crossing token's key eight bits at a time (a histogram of weight per
 // digit among the tokens whose higher digits match), then tokens with exactly that key are
 // walked in index order.
-template <typename Weight>
-__device__ Crossing SortedCrossing(const float* row, int64_t vocab, Shared& sh, Weight weight,
-                                   u64 target, bool strict) {
+template <typename Source, typename Weight>
+__device__ Crossing SortedCrossing(const Source& src, Shared& sh, Weight weight, u64 target,
+                                   bool strict) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   uint32_t prefix = 0, mask = 0;
   u64 above = 0;  // weight of the tokens with larger keys
@@ -218,11 +246,11 @@ __device__ Crossing SortedCrossing(const float* row, int64_t vocab, Shared& sh, 
     for (int i = threadIdx.x; i < kCopies * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
     __syncthreads();
     u64* hist = sh.hist[warp % kCopies];
-    for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
-      const float l = row[i];
+    for (int64_t j = threadIdx.x; j < src.n; j += kThreads) {
+      const float l = src.value(j);
       const uint32_t k = Key(l);
       if ((k & mask) != prefix) continue;
-      const u64 w = weight(static_cast<int32_t>(i), l, k);
+      const u64 w = weight(src.index(j), l, k);
       if (w != 0) atomicAdd(&hist[(k >> shift) & (kBins - 1)], w);
     }
     __syncthreads();
@@ -264,13 +292,14 @@ __device__ Crossing SortedCrossing(const float* row, int64_t vocab, Shared& sh, 
       above = sh.above;
     }
     __syncthreads();
-    if (!found) return Crossing{false, 0, 0, 0};
+    if (!found) return Crossing{false, 0, 0, 0, 0};
   }
   const uint32_t key = prefix;
-  return IndexCrossing(
-      row, vocab, sh,
-      [&](int32_t i, float l, uint32_t k) { return k == key ? weight(i, l, k) : u64{0}; }, above,
-      [&](u64) { return target; }, strict);
+  Crossing c = IndexCrossing(
+      src, sh, [&](int32_t i, float l, uint32_t k) { return k == key ? weight(i, l, k) : u64{0}; },
+      above, [&](u64) { return target; }, strict);
+  c.key = key;
+  return c;
 }
 
 // A prefix of the sorted order: the tokens up to and including (key, index).
@@ -380,79 +409,170 @@ __global__ void AdjustKernel(SampleRowsParams p) {
   }
 }
 
-__device__ int32_t SampleRow(const float* row, int64_t vocab, const SamplingRow& r, Shared& sh) {
+// Up to this many candidates are copied to shared memory for the sorted walks.
+constexpr int kMaxCandidates = 3072;
+// Candidates: the tokens with weight >= e^-kCandidateSpan (logit >= max - span * temperature),
+// a prefix of the sorted order.
+constexpr float kCandidateSpan = 12.0f;
+
+struct Candidates {
+  float values[kMaxCandidates];
+  int32_t ids[kMaxCandidates];
+};
+
+// What a row's draw needs besides its logits.
+struct Draw {
+  float max_logit, inv_t;
+  double u, min_p;
+  __device__ __forceinline__ float WeightF(float l) const { return expf((l - max_logit) * inv_t); }
+  // Fixed-point weight of a finite logit; 0 for -inf and NaN.
+  __device__ __forceinline__ u64 Fixed(float l, uint32_t k) const {
+    if (k <= kNegInfKey) return 0;
+    return static_cast<u64>(__double2ll_rn(static_cast<double>(WeightF(l)) * kFixedOne));
+  }
+  __device__ __forceinline__ bool PassesMinP(float l) const {
+    return min_p <= 0.0 || static_cast<double>(WeightF(l)) >= min_p;
+  }
+  __device__ __forceinline__ u64 Target(u64 total) const {
+    const u64 t = static_cast<u64>(u * static_cast<double>(total));
+    return t < total ? t : total - 1;
+  }
+};
+
+__device__ __forceinline__ u64 TopPTarget(double top_p, u64 z) {
+  const double t = ceil(top_p * static_cast<double>(z));
+  return t < 1.0 ? 1 : static_cast<u64>(t);
+}
+
+// The draw in sorted order: top-k keeps a prefix, min-p a prefix of that, top-p a prefix of
+// that; `src` holds every token of the final prefix (and, with top-k, the top-k tokens). z_all
+// normalizes top-p without top-k. Returns -1 if nothing crosses (the caller falls back).
+template <typename Source>
+__device__ int32_t SampleSorted(const Source& src, const SamplingRow& r, int32_t top_k,
+                                const Draw& d, u64 z_all, Shared& sh) {
+  Prefix keep{kNegInfKey, -1};  // every finite token
+  if (top_k > 0) {
+    auto count = [](int32_t, float, uint32_t k) -> u64 { return k > kNegInfKey ? 1 : 0; };
+    const Crossing c = SortedCrossing(src, sh, count, static_cast<u64>(top_k), false);
+    if (c.found) keep = Prefix{c.key, c.index};
+  }
+  auto kept = [&](int32_t i, float l, uint32_t k) -> u64 {
+    return keep.Holds(k, i) ? d.Fixed(l, k) : u64{0};
+  };
+  auto kept_min_p = [&](int32_t i, float l, uint32_t k) -> u64 {
+    return keep.Holds(k, i) && d.PassesMinP(l) ? d.Fixed(l, k) : u64{0};
+  };
+  auto all = [](u64) { return ~u64{0}; };
+  // z normalizes top-p: over the top-k tokens, or over the vocabulary.
+  const u64 z = top_k > 0 ? IndexCrossing(src, sh, kept, 0, all, true).total : z_all;
+  u64 total = 0;
+  if (r.top_p < 1.0) {
+    const Crossing c = SortedCrossing(src, sh, kept_min_p, TopPTarget(r.top_p, z), false);
+    if (c.found) {
+      keep = Prefix{c.key, c.index};
+      total = c.cum;
+    }
+  }
+  if (total == 0) total = IndexCrossing(src, sh, kept_min_p, 0, all, true).total;
+  if (total == 0) return -1;
+  const Crossing c = SortedCrossing(src, sh, kept_min_p, d.Target(total), true);
+  return c.found ? c.index : -1;
+}
+
+__device__ int32_t SampleRow(const float* row, int64_t vocab, const SamplingRow& r, Shared& sh,
+                             Candidates& cand) {
   const int32_t top_k = r.top_k > 0 && r.top_k < vocab ? r.top_k : 0;
   if (r.temperature <= 0.0 || r.top_k == 1) return RowArgmax(row, vocab, sh);
-  const float max_logit = BlockMax(row, vocab, sh);
-  if (max_logit == -INFINITY || max_logit == INFINITY) return RowArgmax(row, vocab, sh);
-  const float inv_t = static_cast<float>(1.0 / r.temperature);
-  const double u = SamplingUniform(r.seed, r.step);
-  const double min_p = r.min_p;
-  // Fixed-point weight of a finite logit; 0 for -inf and NaN.
-  auto fixed = [=](float l, uint32_t k) -> u64 {
-    if (k <= kNegInfKey) return 0;
-    return static_cast<u64>(
-        __double2ll_rn(static_cast<double>(expf((l - max_logit) * inv_t)) * kFixedOne));
-  };
-  auto passes_min_p = [=](float l) {
-    return min_p <= 0.0 || static_cast<double>(expf((l - max_logit) * inv_t)) >= min_p;
-  };
-  auto draw_target = [=](u64 total) {
-    u64 t = static_cast<u64>(u * static_cast<double>(total));
-    return t < total ? t : total - 1;
-  };
+  Draw d;
+  d.max_logit = BlockMax(row, vocab, sh);
+  if (d.max_logit == -INFINITY || d.max_logit == INFINITY) return RowArgmax(row, vocab, sh);
+  d.inv_t = static_cast<float>(1.0 / r.temperature);
+  d.u = SamplingUniform(r.seed, r.step);
+  d.min_p = r.min_p;
+  const RowSource all_tokens{row, vocab};
 
   if (top_k == 0 && r.top_p >= 1.0) {
     // Index order over the tokens min-p keeps, as the CPU walks them.
     auto weight = [&](int32_t, float l, uint32_t k) -> u64 {
-      return passes_min_p(l) ? fixed(l, k) : u64{0};
+      return d.PassesMinP(l) ? d.Fixed(l, k) : u64{0};
     };
-    const Crossing c = IndexCrossing(row, vocab, sh, weight, 0, draw_target, true);
+    const Crossing c = IndexCrossing(
+        all_tokens, sh, weight, 0, [&](u64 total) { return d.Target(total); }, true);
     return c.found ? c.index : RowArgmax(row, vocab, sh);
   }
 
-  // Sorted order: top-k keeps a prefix, min-p a prefix of that, top-p a prefix of that.
-  Prefix keep{kNegInfKey, -1};  // every finite token
-  if (top_k > 0) {
-    auto count = [](int32_t, float, uint32_t k) -> u64 { return k > kNegInfKey ? 1 : 0; };
-    const Crossing c = SortedCrossing(row, vocab, sh, count, static_cast<u64>(top_k), false);
-    if (c.found) keep = Prefix{Key(row[c.index]), c.index};
-  }
-  auto kept = [&](int32_t i, float l, uint32_t k) -> u64 {
-    return keep.Holds(k, i) ? fixed(l, k) : u64{0};
-  };
-  auto kept_min_p = [&](int32_t i, float l, uint32_t k) -> u64 {
-    return keep.Holds(k, i) && passes_min_p(l) ? fixed(l, k) : u64{0};
-  };
-  // z normalizes top-p: over the top-k tokens, or over the vocabulary.
-  const u64 z = IndexCrossing(
-                    row, vocab, sh, kept, 0, [](u64) { return ~u64{0}; }, true)
-                    .total;
-  u64 total = 0;
-  if (r.top_p < 1.0) {
-    double t = ceil(r.top_p * static_cast<double>(z));
-    const u64 target = t < 1.0 ? 1 : static_cast<u64>(t);
-    const Crossing c = SortedCrossing(row, vocab, sh, kept_min_p, target, false);
-    if (c.found) {
-      keep = Prefix{Key(row[c.index]), c.index};
-      total = c.cum;
+  // One pass: per warp range the candidates, and the weights of all tokens and of the
+  // candidates min-p keeps.
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float cut = d.max_logit - kCandidateSpan / d.inv_t;
+  const WarpRange range(vocab);
+  u64 z = 0, cand_mass = 0;
+  uint32_t count = 0;
+  for (int64_t i = range.begin + lane; i < range.end; i += 32) {
+    const float l = row[i];
+    const u64 w = d.Fixed(l, Key(l));
+    z += w;
+    if (l >= cut) {
+      ++count;
+      if (d.PassesMinP(l)) cand_mass += w;
     }
   }
-  if (total == 0) {
-    total = IndexCrossing(
-                row, vocab, sh, kept_min_p, 0, [](u64) { return ~u64{0}; }, true)
-                .total;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    z += __shfl_xor_sync(kFull, z, o);
+    cand_mass += __shfl_xor_sync(kFull, cand_mass, o);
+    count += __shfl_xor_sync(kFull, count, o);
   }
-  if (total == 0) return RowArgmax(row, vocab, sh);
-  const Crossing c = SortedCrossing(row, vocab, sh, kept_min_p, draw_target(total), true);
-  return c.found ? c.index : RowArgmax(row, vocab, sh);
+  __shared__ uint32_t warp_count[kWarps];
+  __shared__ u64 warp_z[kWarps], warp_mass[kWarps];
+  if (lane == 0) {
+    warp_count[warp] = count;
+    warp_z[warp] = z;
+    warp_mass[warp] = cand_mass;
+  }
+  __syncthreads();
+  uint32_t offset = 0, candidates = 0;
+  z = 0;
+  cand_mass = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    offset += w < warp ? warp_count[w] : 0;
+    candidates += warp_count[w];
+    z += warp_z[w];
+    cand_mass += warp_mass[w];
+  }
+  // The candidates hold every token the walks need when top-k's tokens are among them, or
+  // (without top-k) when the candidates min-p keeps reach top-p's mass.
+  const bool fits =
+      candidates <= kMaxCandidates && (top_k > 0 ? candidates >= static_cast<uint32_t>(top_k)
+                                                 : cand_mass >= TopPTarget(r.top_p, z));
+  int32_t token = -1;
+  if (fits) {
+    for (int64_t t = range.begin; t < range.end; t += 32) {
+      const int64_t i = t + lane;
+      const float l = i < range.end ? row[i] : -INFINITY;
+      const bool take = i < range.end && l >= cut;
+      const unsigned taken = __ballot_sync(kFull, take);
+      if (take) {
+        const uint32_t at = offset + __popc(taken & ((1u << lane) - 1));
+        cand.values[at] = l;
+        cand.ids[at] = static_cast<int32_t>(i);
+      }
+      offset += __popc(taken);
+    }
+    __syncthreads();
+    token = SampleSorted(ListSource{cand.values, cand.ids, candidates}, r, top_k, d, z, sh);
+  } else {
+    token = SampleSorted(all_tokens, r, top_k, d, z, sh);
+  }
+  return token >= 0 ? token : RowArgmax(row, vocab, sh);
 }
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(SampleRowsParams p) {
   __shared__ Shared sh;
+  __shared__ Candidates cand;
   const SamplingRow& r = p.params[blockIdx.x];
   const float* row = p.logits + blockIdx.x * p.stride;
-  const int32_t token = SampleRow(row, p.vocab, r, sh);
+  const int32_t token = SampleRow(row, p.vocab, r, sh, cand);
   if (threadIdx.x == 0) p.tokens[blockIdx.x] = token;
   if (r.logprobs < 0) return;
   // The chosen token's logit before bias and penalties.
