@@ -9,8 +9,6 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
-// The passes over a row unroll their loops so that each thread has several loads in flight: one
-// block per row must hide the memory latency alone.
 // Histogram copies per block (warp w adds to copy w % kCopies): fewer collisions on the hot
 // bins of the radix passes.
 constexpr int kCopies = 8;
@@ -56,7 +54,6 @@ template <typename Eligible>
 __device__ int32_t BlockArgmax(const float* row, int64_t vocab, Reduce& sh, Eligible eligible) {
   float best = -INFINITY;
   int32_t best_i = INT32_MAX;
-#pragma unroll 8
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
     const float v = row[i];
     if (eligible(static_cast<int32_t>(i), v) && Better(v, static_cast<int32_t>(i), best, best_i)) {
@@ -106,7 +103,6 @@ __device__ int32_t RowArgmax(const float* row, int64_t vocab, Reduce& sh) {
 // The largest logit, NaN ignored (-inf when there is none).
 __device__ float BlockMax(const float* row, int64_t vocab, Reduce& sh) {
   float m = -INFINITY;
-#pragma unroll 8
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads) m = fmaxf(m, row[i]);
   m = WarpMax(m);
   if ((threadIdx.x & 31) == 0) sh.red_v[threadIdx.x >> 5] = m;
@@ -180,7 +176,6 @@ __device__ Crossing IndexCrossing(const Source& src, Shared& sh, Weight weight, 
   const WarpRange range(src.n);
   const int64_t begin = range.begin, end = range.end;
   u64 sum = 0;
-#pragma unroll 8
   for (int64_t j = begin + lane; j < end; j += 32) {
     const float l = src.value(j);
     sum += weight(src.index(j), l, Key(l));
@@ -251,7 +246,6 @@ __device__ Crossing SortedCrossing(const Source& src, Shared& sh, Weight weight,
     for (int i = threadIdx.x; i < kCopies * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
     __syncthreads();
     u64* hist = sh.hist[warp % kCopies];
-#pragma unroll 8
     for (int64_t j = threadIdx.x; j < src.n; j += kThreads) {
       const float l = src.value(j);
       const uint32_t k = Key(l);
@@ -514,7 +508,6 @@ __device__ int32_t SampleRow(const float* row, int64_t vocab, const SamplingRow&
   const WarpRange range(vocab);
   u64 z = 0, cand_mass = 0;
   uint32_t count = 0;
-#pragma unroll 8
   for (int64_t i = range.begin + lane; i < range.end; i += 32) {
     const float l = row[i];
     const u64 w = d.Fixed(l, Key(l));
