@@ -10,6 +10,7 @@
 
 #include "base/logging.h"
 #include "engine/cost_profile.h"
+#include "engine/device_sample.h"
 
 namespace dinfer {
 namespace {
@@ -92,6 +93,7 @@ EngineCore::EngineCore(Model& model, const EngineConfig& config)
       runner_(model, MakeRunnerOptions(kv_.spec(), config)),
       seed_counter_(
           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {
+  device_sampling_ = config.device_sampling && runner_.SupportsDeviceSampling();
   if (config.async_scheduling) executor_ = std::make_unique<Executor>(*this);
   if (config.scheduler.step_time_budget_s > 0) {
     StatusOr<sched::CostModel> model = Internal("no cost model");
@@ -296,6 +298,7 @@ EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
       }
     });
   }
+  if (device_sampling_) return RunJobOnDevice(job, masks, masking);
   auto logits = runner_.Execute(job.chunks);
   if (masking.valid()) masking.get();
   if (!logits.ok()) {
@@ -332,6 +335,74 @@ EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
       result.logprobs.emplace_back();
       result.sampled.push_back(s.Sample(row));
     }
+  }
+  return result;
+}
+
+namespace {
+
+// Whether a grammar mask allows any token below `vocab`.
+bool AnyAllowed(const std::vector<uint32_t>& mask, int64_t known, int64_t vocab) {
+  const int64_t n = std::min(known, vocab);
+  for (int64_t w = 0; w < n / 32; ++w) {
+    if (mask[static_cast<size_t>(w)] != 0) return true;
+  }
+  for (int64_t t = n / 32 * 32; t < n; ++t) {
+    if (structured::TestBit(mask.data(), static_cast<int32_t>(t))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+EngineCore::StepResult EngineCore::RunJobOnDevice(const StepJob& job,
+                                                  std::vector<std::vector<uint32_t>>& masks,
+                                                  std::future<void>& masking) {
+  StepResult result;
+  const int64_t vocab = model_.config().vocab_size;
+  result.errors.resize(job.samplers.size());
+  auto out = runner_.ExecuteAndSample(job.chunks, [&](DeviceSampleBatch& b) -> Status {
+    // The masks are uploaded once the helper has filled them; the forward pass runs meanwhile.
+    if (masking.valid()) masking.get();
+    for (size_t i = 0; i < job.samplers.size(); ++i) {
+      AppendDeviceSampleRow(*job.samplers[i], b);
+      if (!job.matchers[i]) continue;
+      const int64_t known = job.matchers[i]->vocab_size();
+      if (!AnyAllowed(masks[i], known, vocab)) {
+        result.errors[i] = "structured output: the grammar allows no next token";
+        continue;
+      }
+      DeviceSampleRow& r = b.rows.back();
+      r.mask_offset = static_cast<int64_t>(b.masks.size());
+      r.mask_vocab = static_cast<int32_t>(std::min(known, vocab));
+      b.masks.insert(b.masks.end(), masks[i].begin(), masks[i].end());
+    }
+    return OkStatus();
+  });
+  if (masking.valid()) masking.get();
+  if (!out.ok()) {
+    result.status = out.status();
+    return result;
+  }
+  constexpr size_t kTop = DeviceSampleOutput::kTopStride;
+  for (size_t i = 0; i < job.samplers.size(); ++i) {
+    const int32_t token = result.errors[i].empty() ? out->tokens[i] : 0;
+    result.sampled.push_back(token);
+    result.logprobs.emplace_back();
+    const int n = job.samplers[i]->params().logprobs;
+    if (n < 0 || !result.errors[i].empty()) continue;
+    sample::SampleResult& lp = result.logprobs.back();
+    lp.token = token;
+    lp.logprob = out->logprobs[i];
+    for (size_t j = 0; j < std::min<size_t>(static_cast<size_t>(n), kTop); ++j) {
+      const int32_t t = out->top_tokens[i * kTop + j];
+      if (t < 0) break;
+      lp.top.emplace_back(t, out->top_logprobs[i * kTop + j]);
+    }
+    // As the CPU sampler orders them: logprob descending, then token ascending.
+    std::sort(lp.top.begin(), lp.top.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
   }
   return result;
 }

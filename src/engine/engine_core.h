@@ -10,6 +10,7 @@
 // Not thread-safe: one thread drives it (the Engine's loop, or a caller such as the benchmark).
 #pragma once
 
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,9 +39,12 @@ struct EngineConfig {
   // Plan step N+1 and post-process step N-1 while step N computes (on by default). The
   // synchronous mode runs the three one after the other; both give the same outputs.
   bool async_scheduling = true;
-  // Where the forward pass runs (ModelRunner); sampling stays on the CPU.
+  // Where the forward pass runs (ModelRunner).
   Device device = Device::kCpu;
   DType cuda_dtype = DType::kBF16;
+  // On CUDA: masks, penalties and sampling run on the device and only tokens (and logprobs)
+  // come back (ModelRunner::ExecuteAndSample); false copies logits to the host and samples there.
+  bool device_sampling = true;
 };
 
 struct RequestOptions {
@@ -129,6 +133,9 @@ class EngineCore {
                      std::vector<TokenDelta>& out);
   StepJob BuildJob(const sched::StepPlan& plan);
   StepResult RunJob(const StepJob& job);
+  // RunJob with sampling on the device.
+  StepResult RunJobOnDevice(const StepJob& job, std::vector<std::vector<uint32_t>>& masks,
+                            std::future<void>& masking);
   void PostProcess(const sched::StepPlan& plan, const StepResult& result,
                    std::vector<TokenDelta>& out);
 
@@ -143,6 +150,7 @@ class EngineCore {
   uint64_t seed_counter_;
   std::unique_ptr<Executor> executor_;
   std::optional<sched::StepPlan> inflight_;
+  bool device_sampling_ = false;
 };
 
 }  // namespace dinfer

@@ -98,6 +98,26 @@ StatusOr<TensorView> ModelRunner::Execute(std::span<const SeqChunk> chunks) {
   return Run(chunks, false);
 }
 
+bool ModelRunner::SupportsDeviceSampling() const {
+  return status_.ok() && gpu_ != nullptr && model_.config().vocab_size <= kMaxDeviceSampleVocab;
+}
+
+StatusOr<DeviceSampleOutput> ModelRunner::ExecuteAndSample(
+    std::span<const SeqChunk> chunks, const std::function<Status(DeviceSampleBatch&)>& prepare) {
+  if (!status_.ok()) return status_;
+#ifdef DINFER_WITH_CUDA
+  if (gpu_ != nullptr) {
+    DINFER_RETURN_IF_ERROR(gpu_->Launch(chunks));
+    sample_batch_.Clear();
+    DINFER_RETURN_IF_ERROR(prepare(sample_batch_));
+    return gpu_->Sample(sample_batch_);
+  }
+#endif
+  (void)chunks;
+  (void)prepare;
+  return Unimplemented("sampling on the device needs a CUDA runner");
+}
+
 StatusOr<TensorView> ModelRunner::ExecuteDraft(std::span<const SeqChunk> chunks) {
   if (!status_.ok()) return status_;
   if (device_ != Device::kCpu) return Unimplemented("draft layers run on the CPU only");

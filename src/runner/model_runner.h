@@ -5,12 +5,14 @@
 // One Execute at a time; not thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "model/model.h"
+#include "runner/device_sampling.h"
 #include "runner/seq_chunk.h"
 
 namespace dinfer {
@@ -47,6 +49,16 @@ class ModelRunner {
   // CPU only.
   StatusOr<TensorView> ExecuteDraft(std::span<const SeqChunk> chunks);
 
+  // Whether ExecuteAndSample works here: a CUDA runner that is set up, a vocabulary of at most
+  // kMaxDeviceSampleVocab tokens.
+  bool SupportsDeviceSampling() const;
+  // Execute with sampling on the device: launches the forward pass, calls `prepare` while it
+  // computes to fill the batch (one row per logits row; the batch starts empty), samples on the
+  // device and returns the tokens, without copying logits to the host. Valid until the next
+  // Execute.
+  StatusOr<DeviceSampleOutput> ExecuteAndSample(
+      std::span<const SeqChunk> chunks, const std::function<Status(DeviceSampleBatch&)>& prepare);
+
   const Status& status() const { return status_; }
   Device device() const { return device_; }
   const Model& model() const { return model_; }
@@ -75,6 +87,7 @@ class ModelRunner {
   KvStorage kv_;  // CPU only (no layers on CUDA)
   std::unique_ptr<GpuRunner> gpu_;
   Status status_;
+  DeviceSampleBatch sample_batch_;
   std::vector<int32_t> tokens_, token_seq_, positions_, block_tables_, logits_rows_;
   std::vector<int64_t> slots_;
   Tensor logits_;
