@@ -238,6 +238,22 @@ def test_responses(oai):
     assert with_items.output_text
 
 
+def test_responses_logprobs_and_text_echo(oai):
+    fmt = {"type": "json_schema", "name": "n", "schema": {"type": "integer"}, "strict": True}
+    r = oai.responses.create(model="default", input=QUESTION, temperature=0, max_output_tokens=6, top_logprobs=2,
+                             text={"format": fmt})
+    part = r.output[0].content[0]
+    assert len(part.logprobs) == r.usage.output_tokens and all(len(lp.top_logprobs) == 2 for lp in part.logprobs)
+    assert "".join(lp.token for lp in part.logprobs) == part.text
+    assert r.text.format.type == "json_schema" and r.top_logprobs == 2
+    events = list(oai.responses.create(model="default", input=QUESTION, temperature=0, max_output_tokens=6,
+                                       top_logprobs=2, text={"format": fmt}, stream=True))
+    streamed = [lp.token for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    done = [e for e in events if e.type == "response.output_text.done"][0]
+    assert [lp.token for lp in done.logprobs] == [lp.token for lp in part.logprobs]
+    assert streamed == [lp.token for lp in part.logprobs][:len(streamed)] and streamed
+
+
 def test_responses_stream(oai):
     full = oai.responses.create(model="default", input=QUESTION, max_output_tokens=12, temperature=0).output_text
     events = list(oai.responses.create(model="default", input=QUESTION, max_output_tokens=12, temperature=0,
