@@ -124,27 +124,6 @@ json::object UsageJson(const Usage& u) {
           {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 
-// Token logprobs in the Responses shape: {"token", "logprob", "bytes", "top_logprobs"}.
-json::array LogprobsJson(const std::vector<LogprobEntry>& entries) {
-  auto bytes = [](const std::string& s) {
-    json::array b;
-    for (unsigned char c : s) b.push_back(c);
-    return b;
-  };
-  json::array out;
-  for (const LogprobEntry& e : entries) {
-    json::array top;
-    for (const auto& [token, lp] : e.top) {
-      top.push_back(json::object{{"token", token}, {"logprob", lp}, {"bytes", bytes(token)}});
-    }
-    out.push_back(json::object{{"token", e.token},
-                               {"logprob", e.logprob},
-                               {"bytes", bytes(e.token)},
-                               {"top_logprobs", std::move(top)}});
-  }
-  return out;
-}
-
 json::object MessageItem(const std::string& id, const std::string& text, bool done,
                          json::array logprobs = {}) {
   json::array content;
@@ -188,7 +167,7 @@ class ResponsesEncoder final : public ResponseEncoder {
   }
 
   void StreamUpdate(const ChoiceUpdate& u, std::string& out) override {
-    json::array pending_logprobs = LogprobsJson(u.logprobs);
+    json::array pending_logprobs = TokenLogprobsJson(u.logprobs);
     for (const OutputEvent& e : u.events) {
       switch (e.type) {
         case OutputEvent::Type::kReasoning:
@@ -269,7 +248,7 @@ class ResponsesEncoder final : public ResponseEncoder {
     const ChoiceResult& c = choices.front();
     if (!c.reasoning.empty()) output_.push_back(ReasoningItem(NewId("rs_"), c.reasoning, true));
     if (!c.text.empty() || c.tool_calls.empty()) {
-      output_.push_back(MessageItem(NewId("msg_"), c.text, true, LogprobsJson(c.logprobs)));
+      output_.push_back(MessageItem(NewId("msg_"), c.text, true, TokenLogprobsJson(c.logprobs)));
     }
     for (const ToolCall& t : c.tool_calls) {
       output_.push_back(FunctionCallItem(NewId("fc_"), t.id, t.name, t.arguments, true));
