@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include <boost/json.hpp>
@@ -254,6 +255,102 @@ TEST(DeepseekV4EngineTest, GreedyTokensWithChunkedPrefillAndPrefixCache) {
   }
   // 48 of the second request's 64 prompt tokens came from the cache (whole blocks, one token left).
   EXPECT_EQ(core.Stats().kv.prefix_hits, 48);
+}
+
+// The KV groups: the window keys and compressor states, then one group per compression rate
+// (4 and 8 in the fixture), each paged with its own blocks.
+TEST(DeepseekV4EngineTest, KvGroups) {
+  auto lm = LoadModel(Dir("deepseek_v4"), LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  const std::vector<KvGroup> groups = lm->model->KvGroupsFor(4);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].name, "window");
+  EXPECT_EQ(groups[0].sliding_window, lm->config.sliding_window);
+  EXPECT_EQ(groups[1].name, "compressed/4");
+  EXPECT_EQ(groups[1].block_size, 4);
+  EXPECT_EQ(groups[2].name, "compressed/8");
+  EXPECT_EQ(groups[2].block_size, 8);  // one entry per block
+  EXPECT_EQ(groups[2].entry_rate, 8);
+}
+
+// Several requests at once in a cache too small for all of them: requests are preempted and
+// recomputed (partly from the prefix cache), and each still gives transformers' tokens. The
+// window group's blocks stay bounded by the window while the compressed groups grow with the
+// sequences.
+TEST(DeepseekV4EngineTest, GreedyTokensWithPreemptionAndBoundedWindowBlocks) {
+  const std::string dir = Dir("deepseek_v4");
+  const Fixture f = ReadFixture(dir);
+  auto lm = LoadModel(dir, LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool async = variant % 2 == 0, caching = variant < 2;
+    SCOPED_TRACE(fmt::format("async {} prefix caching {}", async, caching));
+    EngineConfig cfg;
+    cfg.threads = 2;
+    cfg.block_size = 4;
+    // Every group holds 120 tokens (96 with the prefix cache, where the requests share the
+    // prompt's 64): one request (80 tokens) fits, all three do not.
+    cfg.num_kv_blocks = caching ? 25 : 31;
+    cfg.enable_prefix_caching = caching;
+    cfg.async_scheduling = async;
+    cfg.scheduler.max_num_batched_tokens = 19;
+    EngineCore core(*lm->model, cfg);
+    ASSERT_EQ(core.kv().num_groups(), 3);
+    RequestOptions greedy;
+    greedy.sampling.temperature = 0.0;
+    greedy.max_tokens = static_cast<int64_t>(f.decode.size());
+    greedy.ignore_eos = true;
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    for (int64_t id : {1, 2, 3}) ASSERT_TRUE(core.AddRequest(id, f.prompt, greedy).ok());
+    int64_t most_window = 0;
+    while (core.HasWork()) {
+      for (const TokenDelta& d : core.Step()) {
+        tokens[d.request_id].insert(tokens[d.request_id].end(), d.tokens.begin(), d.tokens.end());
+      }
+      ASSERT_TRUE(core.kv().CheckInvariants().ok());
+      most_window = std::max(most_window, core.kv().GroupStats(0).in_use);
+    }
+    for (int64_t id : {1, 2, 3}) EXPECT_EQ(tokens[id], f.decode) << "request " << id;
+    EXPECT_GT(core.Stats().preemptions, 0);
+    if (caching) {
+      EXPECT_GT(core.Stats().kv.prefix_hits, 0);
+    }
+    // Per running request at most window + a chunk + a block either side: far below the 20 blocks
+    // of 4 tokens an 80-token sequence would hold without release.
+    EXPECT_LE(most_window, 3 * ((16 + 19) / 4 + 3));
+  }
+}
+
+// A long generation: the window group's blocks in use stay constant while the sequence grows.
+TEST(DeepseekV4EngineTest, WindowBlocksAreReleasedAsASequenceGrows) {
+  const std::string dir = Dir("deepseek_v4");
+  const Fixture f = ReadFixture(dir);
+  auto lm = LoadModel(dir, LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  EngineConfig cfg;
+  cfg.threads = 2;
+  cfg.block_size = 4;
+  cfg.num_kv_blocks = 64;
+  cfg.enable_prefix_caching = false;
+  EngineCore core(*lm->model, cfg);
+  RequestOptions opt;
+  opt.sampling.temperature = 0.0;
+  opt.max_tokens = 120;
+  opt.ignore_eos = true;
+  ASSERT_TRUE(core.AddRequest(1, f.prompt, opt).ok());
+  int64_t most_window = 0, most_compressed = 0;
+  while (core.HasWork()) {
+    core.Step();
+    // While decoding (the prompt's step holds its whole chunk).
+    if (core.Stats().generated_tokens > 1) {
+      most_window = std::max(most_window, core.kv().GroupStats(0).in_use);
+    }
+    most_compressed = std::max(most_compressed, core.kv().GroupStats(1).in_use);
+  }
+  // Window 16 in blocks of 4: 5 blocks hold positions n - 15 .. n, one more for the step in
+  // flight; the rate-4 group keeps an entry per 4 tokens of the 183 computed, one per block.
+  EXPECT_LE(most_window, 6);
+  EXPECT_GE(most_compressed, 183 / 4);
 }
 
 }  // namespace
