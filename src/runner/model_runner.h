@@ -54,6 +54,9 @@ class ModelRunner {
   const Model& model() const { return model_; }
   int64_t block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
+  // The model's KV groups and the blocks of each (group 0's are num_blocks()).
+  const std::vector<KvGroup>& kv_groups() const { return groups_; }
+  int64_t group_num_blocks(int64_t group) const { return kv_.num_blocks(group); }
   int threads() const { return pool_.num_threads(); }
 
   // Whether this build has the CUDA backend and a CUDA device is visible.

@@ -15,6 +15,7 @@
 #include <boost/json.hpp>
 
 #include "base/mapped_file.h"
+#include "engine/cost_profile.h"
 #include "engine/engine_core.h"
 #include "model/loader.h"
 #include "runner/model_runner.h"
@@ -319,6 +320,24 @@ TEST(DeepseekV4EngineTest, GreedyTokensWithPreemptionAndBoundedWindowBlocks) {
     // of 4 tokens an 80-token sequence would hold without release.
     EXPECT_LE(most_window, 3 * ((16 + 19) / 4 + 3));
   }
+}
+
+// The step-cost profile runs V4 over every KV group's blocks (groups of different sizes).
+TEST(DeepseekV4EngineTest, CostProfileUsesEveryGroup) {
+  auto lm = LoadModel(Dir("deepseek_v4"), LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  RunnerOptions ro;
+  ro.block_size = 4;
+  ro.threads = 2;
+  ro.group_num_blocks = {40, 20, 10};  // 160 tokens of window keys, 80 of each compressed group
+  ModelRunner runner(*lm->model, ro);
+  ProfileOptions po;
+  po.new_tokens = {1, 8};
+  po.context = {0, 64, 80};
+  po.repetitions = 1;
+  auto samples = MeasureSteps(runner, po);
+  ASSERT_TRUE(samples.ok()) << samples.status().ToString();
+  EXPECT_EQ(samples->size(), 4u);  // nothing past 80 tokens fits
 }
 
 // A long generation: the window group's blocks in use stay constant while the sequence grows.
