@@ -322,6 +322,77 @@ TEST(DeepseekV4EngineTest, GreedyTokensWithPreemptionAndBoundedWindowBlocks) {
   }
 }
 
+// The KV manager and the runner together, with a window group too small to keep the prompt's
+// early window blocks cached: a second request with the same prompt still hits 60 of its 64
+// tokens (the compressed groups' blocks from the start, the window group's only for positions
+// the window still reads, plus the compressor state in its last block) and its logits are
+// transformers'.
+TEST(DeepseekV4EngineTest, PrefixHitNeedsOnlyTheWindowsBlocks) {
+  const std::string dir = Dir("deepseek_v4");
+  const Fixture f = ReadFixture(dir);
+  auto lm = LoadModel(dir, LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  const int64_t vocab = lm->config.vocab_size, bs = 4;
+  const std::vector<KvGroup> groups = lm->model->KvGroupsFor(bs);
+  ASSERT_EQ(groups.size(), 3u);
+  kv::KvCacheSpec spec;
+  spec.num_blocks = 12;  // 11 window blocks: 44 of the prompt's 64 tokens
+  spec.block_size = bs;
+  spec.sliding_window = groups[0].sliding_window;
+  for (size_t g = 1; g < groups.size(); ++g) {
+    spec.extra_groups.push_back({40, groups[g].block_size, 0, groups[g].entry_rate});
+  }
+  kv::KvCacheManager kv(spec);
+  RunnerOptions ro;
+  ro.block_size = bs;
+  ro.threads = 2;
+  ro.group_num_blocks = {12, 40, 40};
+  ModelRunner runner(*lm->model, ro);
+  const int64_t n = static_cast<int64_t>(f.prompt.size());
+  // Computes the prompt from `start` in chunks of 8, as the scheduler would; returns the last
+  // chunk's logits (every row).
+  auto compute = [&](kv::RequestId id, int64_t start) -> StatusOr<TensorView> {
+    StatusOr<TensorView> logits = Internal("nothing computed");
+    for (int64_t pos = start; pos < n;) {
+      const int64_t end = std::min(n, pos + 8);
+      if (!kv.Allocate(id, end)) return Internal("out of KV blocks at {}", end);
+      std::vector<std::vector<int32_t>> tables;
+      for (int64_t g = 0; g < kv.num_groups(); ++g) {
+        const auto t = kv.BlockTable(id, g);
+        tables.emplace_back(t.begin(), t.end());
+      }
+      const std::vector<std::span<const int32_t>> others(tables.begin() + 1, tables.end());
+      const std::span<const int32_t> tokens(f.prompt.data() + pos, static_cast<size_t>(end - pos));
+      const SeqChunk chunk{tokens, pos, tables[0], SeqChunk::Logits::kAll, others};
+      logits = runner.Execute(std::span(&chunk, 1));
+      DINFER_RETURN_IF_ERROR(logits.status());
+      kv.CommitComputed(id, f.prompt, end);
+      kv.ReleaseOutsideWindow(id, end);
+      DINFER_RETURN_IF_ERROR(kv.CheckInvariants());
+      pos = end;
+    }
+    return logits;
+  };
+  ASSERT_TRUE(kv.Allocate(1, 8, f.prompt, 0, 0));
+  ASSERT_TRUE(compute(1, 0).ok());
+  kv.Free(1);
+  // The first window blocks were evicted to make room for the later ones.
+  EXPECT_EQ(kv.GroupStats(0).cached, 11);
+  const int64_t hit = kv.Match(f.prompt, 0);
+  EXPECT_EQ(hit, 60);
+  ASSERT_TRUE(kv.Allocate(2, hit + 1, f.prompt, 0, hit));
+  ASSERT_EQ(kv.NumCachedTokens(2), hit);
+  EXPECT_EQ(kv.BlockTable(2, 0)[0], kv::kNullBlock);
+  auto logits = compute(2, hit);
+  ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+  ASSERT_EQ(logits->rows(), n - hit);
+  const auto* ref = reinterpret_cast<const float*>(f.logits.data());
+  for (int64_t r = 0; r < n - hit; ++r) {
+    EXPECT_LE(RowRelError(logits->as<float>() + r * vocab, ref + (hit + r) * vocab, vocab), kRelTol)
+        << "row " << hit + r;
+  }
+}
+
 // The step-cost profile runs V4 over every KV group's blocks (groups of different sizes).
 TEST(DeepseekV4EngineTest, CostProfileUsesEveryGroup) {
   auto lm = LoadModel(Dir("deepseek_v4"), LoadOptions{false, false});
