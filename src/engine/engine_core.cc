@@ -67,7 +67,7 @@ kv::KvCacheSpec MakeSpec(const Model& model, const EngineConfig& c) {
     std::vector<bool> capped(specs.size(), false);
     // Tokens a window group can hold at once: every sequence's window and a block either side,
     // plus a step's chunks (blocks are released after the step that passed them).
-    for (size_t g = 0; g < specs.size() && specs.size() > 1; ++g) {
+    for (size_t g = 0; g < specs.size(); ++g) {
       const kv::KvGroupSpec& s = specs[g];
       if (s.sliding_window == 0) continue;
       const int64_t cap = c.scheduler.max_num_seqs * (s.sliding_window + 2 * s.block_size) +

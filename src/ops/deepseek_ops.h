@@ -20,9 +20,9 @@ struct CompressedPlane {
 };
 
 // Tokens per block of a compressed group of rate `rate` when window keys come in blocks of
-// block_size tokens: a block holds at least one entry.
+// block_size tokens: CompressedRowsPerBlock entries, max(block_size, rate) when the two nest.
 inline int64_t CompressedBlockTokens(int64_t block_size, int64_t rate) {
-  return std::max(block_size, rate);
+  return rate * std::max<int64_t>(1, block_size / rate);
 }
 // Rows per block of a compressed plane for blocks of block_size tokens.
 inline int64_t CompressedRowsPerBlock(int64_t block_size, int64_t rate) {
