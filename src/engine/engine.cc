@@ -328,7 +328,7 @@ class EngineImpl final : public Engine {
       stats_.prompt_tokens = s.prompt_tokens;
       stats_.generated_tokens = s.generated_tokens;
       stats_.preemptions = s.preemptions;
-      stats_.kv_usage = s.kv.total > 0 ? static_cast<double>(s.kv.in_use) / s.kv.total : 0.0;
+      stats_.kv_usage = s.kv.usage;
       stats_.prefix_queries = s.kv.prefix_queries;
       stats_.prefix_hits = s.kv.prefix_hits;
     }

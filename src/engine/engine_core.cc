@@ -31,24 +31,86 @@ RunnerOptions MakeRunnerOptions(const EngineConfig& c) {
 RunnerOptions MakeRunnerOptions(const kv::KvCacheSpec& spec, const EngineConfig& c) {
   RunnerOptions o = MakeRunnerOptions(c);
   o.num_blocks = spec.num_blocks;
+  for (int64_t g = 0; g < spec.num_groups(); ++g)
+    o.group_num_blocks.push_back(spec.group(g).num_blocks);
   return o;
 }
 
+// Blocks for each KV group. The memory budget is split so that every group holds the same number
+// of tokens (each gets its bytes per token's share), except that a sliding-window group next to
+// other groups needs no more than its windows and a step's chunks: it gets that much, and the
+// rest goes to the others. An explicit block count is group 0's, the others holding as many
+// tokens.
 kv::KvCacheSpec MakeSpec(const Model& model, const EngineConfig& c) {
-  kv::KvCacheSpec spec;
-  spec.block_size = c.block_size;
-  spec.enable_prefix_caching = c.enable_prefix_caching;
-  const ModelConfig& mc = model.config();
-  const bool all_sliding =
-      mc.sliding_window > 0 &&
-      std::all_of(mc.layer_sliding.begin(), mc.layer_sliding.end(), [](bool b) { return b; });
-  spec.sliding_window = all_sliding ? mc.sliding_window : 0;
-  spec.num_blocks = c.num_kv_blocks;
-  if (spec.num_blocks <= 0) {
-    const int64_t per_block = ModelRunner::KvBytesPerBlock(model, MakeRunnerOptions(c));
-    spec.num_blocks = std::max<int64_t>(2, c.kv_cache_bytes / per_block);
+  const std::vector<KvGroup> groups = model.KvGroupsFor(c.block_size);
+  std::vector<kv::KvGroupSpec> specs;
+  for (const KvGroup& g : groups) {
+    specs.push_back({0, g.block_size, g.sliding_window, g.entry_rate});
   }
+  const int64_t bs0 = groups[0].block_size;
+  if (c.num_kv_blocks > 0) {
+    const int64_t tokens = (c.num_kv_blocks - 1) * bs0;
+    specs[0].num_blocks = c.num_kv_blocks;
+    for (size_t g = 1; g < specs.size(); ++g) {
+      specs[g].num_blocks = (tokens + specs[g].block_size - 1) / specs[g].block_size + 1;
+    }
+  } else if (specs.size() == 1) {
+    const int64_t per_block = ModelRunner::KvBytesPerBlock(model, MakeRunnerOptions(c))[0];
+    specs[0].num_blocks = std::max<int64_t>(2, c.kv_cache_bytes / per_block);
+  } else {
+    const std::vector<int64_t> per_block =
+        ModelRunner::KvBytesPerBlock(model, MakeRunnerOptions(c));
+    auto per_token = [&](size_t g) {
+      return static_cast<double>(per_block[g]) / static_cast<double>(specs[g].block_size);
+    };
+    double bytes = static_cast<double>(c.kv_cache_bytes), all = 0;
+    for (size_t g = 0; g < specs.size(); ++g) all += per_token(g);
+    std::vector<bool> capped(specs.size(), false);
+    // Tokens a window group can hold at once: every sequence's window and a block either side,
+    // plus a step's chunks (blocks are released after the step that passed them).
+    for (size_t g = 0; g < specs.size(); ++g) {
+      const kv::KvGroupSpec& s = specs[g];
+      if (s.sliding_window == 0) continue;
+      const int64_t cap = c.scheduler.max_num_seqs * (s.sliding_window + 2 * s.block_size) +
+                          c.scheduler.max_num_batched_tokens;
+      if (bytes / all > static_cast<double>(cap)) {
+        specs[g].num_blocks = (cap + s.block_size - 1) / s.block_size + 1;
+        bytes -= static_cast<double>(specs[g].num_blocks * per_block[g]);
+        all -= per_token(g);
+        capped[g] = true;
+      }
+    }
+    const double tokens = all > 0 ? std::max(0.0, bytes) / all : 0;
+    for (size_t g = 0; g < specs.size(); ++g) {
+      if (!capped[g]) {
+        specs[g].num_blocks = std::max<int64_t>(
+            2, static_cast<int64_t>(tokens / static_cast<double>(specs[g].block_size)));
+      }
+    }
+  }
+  kv::KvCacheSpec spec;
+  spec.num_blocks = specs[0].num_blocks;
+  spec.block_size = specs[0].block_size;
+  spec.sliding_window = specs[0].sliding_window;
+  spec.enable_prefix_caching = c.enable_prefix_caching;
+  spec.extra_groups.assign(specs.begin() + 1, specs.end());
   return spec;
+}
+
+// One line per KV group: its blocks and what it costs per token.
+void LogKvGroups(const Model& model, const EngineConfig& c) {
+  const std::vector<KvGroup> groups = model.KvGroupsFor(c.block_size);
+  const std::vector<int64_t> bytes = ModelRunner::KvBytesPerBlock(model, MakeRunnerOptions(c));
+  const kv::KvCacheSpec spec = MakeSpec(model, c);
+  for (size_t g = 0; g < groups.size() && g < bytes.size(); ++g) {
+    const KvGroup& k = groups[g];
+    const double per_token = static_cast<double>(bytes[g]) / static_cast<double>(k.block_size);
+    log::Info("KV group {}: {} blocks of {} tokens, {} B/block, {:.1f} B/token{}", k.name,
+              spec.group(static_cast<int64_t>(g)).num_blocks - 1, k.block_size, bytes[g], per_token,
+              k.sliding_window > 0
+                  ? fmt::format(" (window {}: released behind it)", k.sliding_window)
+                  : "");
+  }
 }
 
 FinishReason FromSched(sched::FinishReason r) {
@@ -95,6 +157,7 @@ EngineCore::EngineCore(Model& model, const EngineConfig& config)
           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {
   device_sampling_ = config.device_sampling && runner_.SupportsDeviceSampling();
   if (config.async_scheduling) executor_ = std::make_unique<Executor>(*this);
+  if (kv_.num_groups() > 1) LogKvGroups(model, config);
   if (config.scheduler.step_time_budget_s > 0) {
     StatusOr<sched::CostModel> model = Internal("no cost model");
     if (!config.cost_profile.empty()) model = LoadCostModel(config.cost_profile);
@@ -254,7 +317,7 @@ EngineCore::~EngineCore() {
 EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
   StepJob job;
   job.tokens.reserve(plan.chunks.size());
-  job.tables.reserve(plan.chunks.size());
+  job.tables.reserve(plan.chunks.size() * static_cast<size_t>(kv_.num_groups()));
   for (const auto& c : plan.chunks) {
     const sched::SchedRequest* r = scheduler_.Find(c.id);
     const auto first = r->tokens.begin() + c.start_pos;
@@ -265,6 +328,16 @@ EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
     s.tokens = job.tokens.back();
     s.start_pos = c.start_pos;
     s.block_table = job.tables.back();
+    if (kv_.num_groups() > 1) {
+      std::vector<std::span<const int32_t>> groups;
+      for (int64_t g = 1; g < kv_.num_groups(); ++g) {
+        const auto group_table = kv_.BlockTable(c.id, g);
+        job.tables.emplace_back(group_table.begin(), group_table.end());
+        groups.push_back(job.tables.back());
+      }
+      job.group_tables.push_back(std::move(groups));
+      s.group_tables = job.group_tables.back();
+    }
     s.logits = c.sample ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone;
     job.chunks.push_back(s);
     if (c.sample) {

@@ -113,6 +113,8 @@ class EngineCore {
   // What one step computes, copied out of the scheduler so that it can plan the next one.
   struct StepJob {
     std::vector<std::vector<int32_t>> tokens, tables;
+    // Per chunk, the spans of its KV groups 1, 2, ... tables (in `tables`).
+    std::vector<std::vector<std::span<const int32_t>>> group_tables;
     std::vector<SeqChunk> chunks;
     std::vector<std::shared_ptr<sample::Sampler>> samplers;      // one per sampling chunk
     std::vector<std::shared_ptr<structured::Matcher>> matchers;  // per sampling chunk, or null

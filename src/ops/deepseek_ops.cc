@@ -119,6 +119,9 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
     p.compressed = compressed->data;
     p.rate = compressed->rate;
     p.rows_per_block = compressed->rows_per_block;
+    p.compressed_block_tables = compressed->tables.tables.data();
+    p.compressed_max_blocks_per_seq = compressed->tables.max_blocks_per_seq;
+    p.compressed_block_size = compressed->tables.block_size;
   }
   if (selected != nullptr) {
     DINFER_CHECK(selected->dtype == DType::kI32 && selected->rows() == tokens);
@@ -164,10 +167,11 @@ void StoreCompressed(const OpContext& ctx, const TensorView& entries,
   const int64_t dim = entries.cols();
   for (size_t t = 0; t < entry_row.size(); ++t) {
     if (entry_row[t] < 0) continue;
-    const int32_t* table = meta.block_tables.data() + meta.token_seq[t] * meta.max_blocks_per_seq;
+    const GroupBlockTables& g = plane.tables;
+    const int32_t* table = g.tables.data() + meta.token_seq[t] * g.max_blocks_per_seq;
     const int64_t w = (meta.positions[t] + 1) / plane.rate - 1;
     const int64_t slot =
-        kc::CompressedSlot(table, meta.block_size, plane.rate, plane.rows_per_block, w);
+        kc::CompressedSlot(table, g.block_size, plane.rate, plane.rows_per_block, w);
     std::memcpy(plane.data + slot * dim, entries.as<float>() + entry_row[t] * dim,
                 sizeof(float) * static_cast<size_t>(dim));
   }
@@ -192,9 +196,9 @@ void IndexerTopK(const OpContext& ctx, const TensorView& q, const TensorView& we
   p.rows_per_block = keys.rows_per_block;
   p.token_seq = meta.token_seq.data();
   p.q_pos = meta.positions.data();
-  p.block_tables = meta.block_tables.data();
-  p.max_blocks_per_seq = meta.max_blocks_per_seq;
-  p.block_size = meta.block_size;
+  p.block_tables = keys.tables.tables.data();
+  p.max_blocks_per_seq = keys.tables.max_blocks_per_seq;
+  p.block_size = keys.tables.block_size;
   p.topk = selected.cols();
   p.selected = selected.as<int32_t>();
   p.pool = ctx.pool;

@@ -12,12 +12,18 @@
 
 namespace dinfer::ops {
 
-// A paged plane of compressed entries of a compressor of rate `rate`.
+// A paged plane of compressed entries of a compressor of rate `rate`, in its KV group's tables.
 struct CompressedPlane {
   float* data = nullptr;  // [num_blocks, rows_per_block, width]
   int64_t rate = 0, rows_per_block = 0;
+  GroupBlockTables tables;
 };
 
+// Tokens per block of a compressed group of rate `rate` when window keys come in blocks of
+// block_size tokens: CompressedRowsPerBlock entries, max(block_size, rate) when the two nest.
+inline int64_t CompressedBlockTokens(int64_t block_size, int64_t rate) {
+  return rate * std::max<int64_t>(1, block_size / rate);
+}
 // Rows per block of a compressed plane for blocks of block_size tokens.
 inline int64_t CompressedRowsPerBlock(int64_t block_size, int64_t rate) {
   return std::max<int64_t>(1, block_size / rate);

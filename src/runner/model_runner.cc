@@ -21,6 +21,17 @@ int64_t BlocksFor(const RunnerOptions& o) {
   return (o.max_seq_len + o.block_size - 1) / o.block_size;
 }
 
+std::vector<int64_t> GroupBlocks(const RunnerOptions& o, size_t num_groups) {
+  if (!o.group_num_blocks.empty()) return o.group_num_blocks;
+  return std::vector<int64_t>(num_groups, BlocksFor(o));
+}
+
+// Blocks of a group holding rows of a sequence's first n tokens.
+int64_t GroupBlocksFor(const KvGroup& g, int64_t n) {
+  const int64_t rows = n / g.entry_rate, per_block = g.block_size / g.entry_rate;
+  return (rows + per_block - 1) / per_block;
+}
+
 StatusOr<std::unique_ptr<GpuRunner>> MakeGpuRunner(const Model& model, const RunnerOptions& o) {
 #ifdef DINFER_WITH_CUDA
   if (cuda::DeviceCount() == 0) {
@@ -60,11 +71,15 @@ StatusOr<Device> ModelRunner::ParseDevice(std::string_view name) {
   return InvalidArgument("device '{}': use cpu, cuda or auto", name);
 }
 
-int64_t ModelRunner::KvBytesPerBlock(const Model& model, const RunnerOptions& o) {
-  if (o.device == Device::kCpu) return KvStorage::BytesPerBlock(model.KvLayoutFor(o.block_size));
+std::vector<int64_t> ModelRunner::KvBytesPerBlock(const Model& model, const RunnerOptions& o) {
+  if (o.device == Device::kCpu) {
+    return KvStorage::GroupBytesPerBlock(
+        model.KvLayoutFor(o.block_size),
+        static_cast<int64_t>(model.KvGroupsFor(o.block_size).size()));
+  }
   const ModelConfig& c = model.config();
   const int64_t elem = o.cuda_dtype == DType::kBF16 ? 2 : 4;
-  return 2 * c.num_layers * o.block_size * c.num_kv_heads * c.head_dim * elem;
+  return {2 * c.num_layers * o.block_size * c.num_kv_heads * c.head_dim * elem};
 }
 
 ModelRunner::ModelRunner(Model& model, const RunnerOptions& options)
@@ -72,12 +87,19 @@ ModelRunner::ModelRunner(Model& model, const RunnerOptions& options)
       f32_activations_(options.f32_activations),
       device_(options.device),
       block_size_(options.block_size),
-      num_blocks_(BlocksFor(options)),
+      num_blocks_(options.group_num_blocks.empty() ? BlocksFor(options)
+                                                   : options.group_num_blocks[0]),
       pool_(options.device == Device::kCpu
                 ? (options.threads > 0 ? options.threads : DefaultThreadCount())
                 : 1),
+      groups_(model.KvGroupsFor(options.block_size)),
       kv_(options.device == Device::kCpu ? model.KvLayoutFor(options.block_size) : KvLayout{},
-          num_blocks_, options.block_size) {
+          GroupBlocks(options, groups_.size()), options.block_size) {
+  if (device_ == Device::kCuda && groups_.size() > 1) {
+    status_ = Unimplemented("the CUDA runner has one KV group; '{}' has {}", model.config().arch,
+                            groups_.size());
+    return;
+  }
   if (device_ == Device::kCuda) {
     auto gpu = MakeGpuRunner(model, options);
     if (gpu.ok()) {
@@ -176,6 +198,44 @@ StatusOr<ForwardInput> ModelRunner::Prepare(std::span<const SeqChunk> chunks) {
     block_tables_.resize(base + max_blocks, 0);
     std::copy(c.block_table.begin(), c.block_table.end(), block_tables_.begin() + base);
   }
+  // The other KV groups' tables, checked and padded the same way.
+  const size_t num_groups = groups_.size();
+  group_block_tables_.resize(num_groups);
+  group_meta_.clear();
+  if (num_groups > 1) {
+    group_meta_.push_back({block_tables_, static_cast<int64_t>(max_blocks), bs});
+  }
+  for (size_t g = 1; g < num_groups; ++g) {
+    auto table_of = [&](const SeqChunk& c) {
+      return c.group_tables.empty() ? c.block_table : c.group_tables[g - 1];
+    };
+    size_t width = 1;
+    for (const auto& c : chunks) {
+      if (!c.group_tables.empty() && c.group_tables.size() + 1 != num_groups) {
+        return InvalidArgument("a chunk has {} KV group tables; the model has {} groups",
+                               c.group_tables.size() + 1, num_groups);
+      }
+      width = std::max(width, table_of(c).size());
+    }
+    std::vector<int32_t>& tables = group_block_tables_[g];
+    tables.assign(chunks.size() * width, 0);
+    for (size_t s = 0; s < chunks.size(); ++s) {
+      const SeqChunk& c = chunks[s];
+      const std::span<const int32_t> table = table_of(c);
+      const int64_t end = c.start_pos + static_cast<int64_t>(c.tokens.size());
+      if (static_cast<int64_t>(table.size()) < GroupBlocksFor(groups_[g], end)) {
+        return InvalidArgument("sequence {} needs {} blocks of KV group '{}' but has {}", s,
+                               GroupBlocksFor(groups_[g], end), groups_[g].name, table.size());
+      }
+      for (int32_t b : table) {
+        if (b < 0 || b >= kv_.num_blocks(static_cast<int64_t>(g))) {
+          return InvalidArgument("block id {} of KV group '{}' out of range", b, groups_[g].name);
+        }
+      }
+      std::copy(table.begin(), table.end(), tables.begin() + static_cast<int64_t>(s * width));
+    }
+    group_meta_.push_back({tables, static_cast<int64_t>(width), groups_[g].block_size});
+  }
   ForwardInput in;
   in.tokens = tokens_;
   in.logits_rows = logits_rows_;
@@ -185,6 +245,7 @@ StatusOr<ForwardInput> ModelRunner::Prepare(std::span<const SeqChunk> chunks) {
   in.meta.block_tables = block_tables_;
   in.meta.max_blocks_per_seq = static_cast<int64_t>(max_blocks);
   in.meta.block_size = bs;
+  in.meta.groups = group_meta_;
   return in;
 }
 

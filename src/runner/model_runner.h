@@ -19,6 +19,8 @@ namespace dinfer {
 
 struct RunnerOptions {
   int64_t num_blocks = 0;  // 0: enough for max_seq_len of one sequence
+  // Blocks of each KV group (the model's KvGroupsFor); empty: num_blocks for every group.
+  std::vector<int64_t> group_num_blocks;
   int64_t block_size = 16;
   int64_t max_seq_len = 4096;
   int threads = 0;  // 0: all available cores
@@ -64,15 +66,18 @@ class ModelRunner {
   const Model& model() const { return model_; }
   int64_t block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
+  // The model's KV groups and the blocks of each (group 0's are num_blocks()).
+  const std::vector<KvGroup>& kv_groups() const { return groups_; }
+  int64_t group_num_blocks(int64_t group) const { return kv_.num_blocks(group); }
   int threads() const { return pool_.num_threads(); }
 
   // Whether this build has the CUDA backend and a CUDA device is visible.
   static bool CudaAvailable();
   // "cpu", "cuda", or "auto" (CUDA when available, else the CPU).
   static StatusOr<Device> ParseDevice(std::string_view name);
-  // Bytes of KV cache per block with these options (the model's KV layout in f32 on the CPU,
-  // K and V in cuda_dtype on CUDA).
-  static int64_t KvBytesPerBlock(const Model& model, const RunnerOptions& options);
+  // Bytes of KV cache per block of each KV group with these options (the model's KV layout in f32
+  // on the CPU, K and V in cuda_dtype on CUDA).
+  static std::vector<int64_t> KvBytesPerBlock(const Model& model, const RunnerOptions& options);
 
  private:
   // Builds tokens, positions, slots, block tables and logits rows for the chunks.
@@ -84,11 +89,14 @@ class ModelRunner {
   Device device_;
   int64_t block_size_, num_blocks_;
   ThreadPool pool_;
+  std::vector<KvGroup> groups_;
   KvStorage kv_;  // CPU only (no layers on CUDA)
   std::unique_ptr<GpuRunner> gpu_;
   Status status_;
   DeviceSampleBatch sample_batch_;
   std::vector<int32_t> tokens_, token_seq_, positions_, block_tables_, logits_rows_;
+  std::vector<std::vector<int32_t>> group_block_tables_;  // groups 1, 2, ...
+  std::vector<ops::GroupBlockTables> group_meta_;
   std::vector<int64_t> slots_;
   Tensor logits_;
 };

@@ -5,9 +5,10 @@
 //
 // Paged layout (the model's KV planes): a sequence's tokens live in blocks of block_size tokens
 // (its block table); window keys are one row per token; compressed entries of a compressor of rate
-// r are rows_per_block = max(1, block_size / r) rows per block, entry w in the block of its last
-// token (CompressedSlot), so a block's content depends only on the tokens up to its end and prefix
-// caching can share it. Compressor state is one row per block (CompressorStateWidth).
+// r are rows_per_block = block_size / r rows per block (in their own tables, whose blocks cover
+// max(block_size, r) tokens), entry w in the block of its last token (CompressedSlot), so a
+// block's content depends only on the tokens up to its end and prefix caching can share it.
+// Compressor state is one row per block of the window keys' tables (CompressorStateWidth).
 // Stateless; thread-safe when callers pass disjoint outputs. `pool` may be null (single thread).
 #pragma once
 
@@ -46,6 +47,9 @@ struct SparseAttentionParams {
   int64_t window = 0;
   const float* compressed = nullptr;  // [num_blocks, rows_per_block, head_dim]; null: none
   int64_t rate = 0, rows_per_block = 0;
+  // The compressed entries' own block tables (their KV group); null: block_tables above.
+  const int32_t* compressed_block_tables = nullptr;
+  int64_t compressed_max_blocks_per_seq = 0, compressed_block_size = 0;
   const int32_t* selected = nullptr;  // [tokens, num_selected]
   int64_t num_selected = 0;
   ThreadPool* pool = nullptr;

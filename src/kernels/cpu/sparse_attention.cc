@@ -38,9 +38,13 @@ void GatherKeys(const SparseAttentionParams& p, int64_t t, std::vector<const flo
     keys->push_back(p.window_kv + slot * p.head_dim);
   }
   if (p.compressed == nullptr) return;
+  const bool own = p.compressed_block_tables != nullptr;
+  const int32_t* ctable =
+      own ? p.compressed_block_tables + p.token_seq[t] * p.compressed_max_blocks_per_seq : table;
+  const int64_t cbs = own ? p.compressed_block_size : p.block_size;
   auto add = [&](int64_t w) {
     keys->push_back(p.compressed +
-                    CompressedSlot(table, p.block_size, p.rate, p.rows_per_block, w) * p.head_dim);
+                    CompressedSlot(ctable, cbs, p.rate, p.rows_per_block, w) * p.head_dim);
   };
   if (p.selected != nullptr) {
     for (int64_t i = 0; i < p.num_selected; ++i) {

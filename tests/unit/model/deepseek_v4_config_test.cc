@@ -140,5 +140,33 @@ TEST(DeepseekV4Config, FlashKvBytesPerToken) {
   EXPECT_EQ(KvStorage::BytesPerBlock(layout) / block, 133952);
 }
 
+// The same planes in their KV groups: the window group (window keys and compressor states of every
+// layer) is released behind the 128-token window, so only the compressed groups grow with the
+// context: 13,760 B/token in f32, against 3,509 B/token for DeepSeek's FP8 / FP4 layout of the same
+// entries (docs/architecture.md).
+TEST(DeepseekV4Config, FlashKvBytesPerTokenByGroup) {
+  auto c = ParseHfConfig(kFlashConfig, "config.json");
+  ASSERT_TRUE(c.ok());
+  const int64_t block = 16;
+  const std::vector<KvGroup> groups = layers::DeepseekV4KvGroups(*c, block);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].name, "window");
+  EXPECT_EQ(groups[0].sliding_window, 128);
+  EXPECT_EQ(groups[1].name, "compressed/4");
+  EXPECT_EQ(groups[1].block_size, 16);
+  EXPECT_EQ(groups[2].name, "compressed/128");
+  EXPECT_EQ(groups[2].block_size, 128);
+  KvLayout layout;
+  for (V4Attention kind : c->deepseek_v4->layer_attention) {
+    layout.push_back(layers::DeepseekV4LayerPlanes(*c, kind, block));
+  }
+  const std::vector<int64_t> bytes = KvStorage::GroupBytesPerBlock(layout, 3);
+  EXPECT_EQ(bytes[0] / groups[0].block_size, 117952);
+  EXPECT_EQ(bytes[1] / groups[1].block_size, 13440);
+  EXPECT_EQ(bytes[2] / groups[2].block_size, 320);
+  // A sequence keeps at most 128 / 16 + 1 window blocks however long it grows.
+  EXPECT_EQ(bytes[0] * (128 / block + 1), 16985088);
+}
+
 }  // namespace
 }  // namespace dinfer
