@@ -1,7 +1,5 @@
 #include "ops/deepseek_ops.h"
 
-#include <cstring>
-
 #include "base/logging.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
