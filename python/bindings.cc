@@ -41,7 +41,8 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readwrite("step_time_budget_ms", &dinfer::EngineOptions::step_time_budget_ms)
       .def_readwrite("cost_profile", &dinfer::EngineOptions::cost_profile)
       .def_readwrite("show_progress", &dinfer::EngineOptions::show_progress)
-      .def_readwrite("device", &dinfer::EngineOptions::device);
+      .def_readwrite("device", &dinfer::EngineOptions::device)
+      .def_readwrite("kv_cache_dtype", &dinfer::EngineOptions::kv_cache_dtype);
 
   py::class_<dinfer::StructuredOutput>(m, "StructuredOutput")
       .def(py::init<>())

@@ -20,6 +20,10 @@ void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
         ->capture_default_str();
     cmd.add_option("--block-size", o.block_size, "tokens per KV cache block")
         ->capture_default_str();
+    cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                   "CPU KV cache storage: auto (the model's choice), f32 or bf16")
+        ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+        ->capture_default_str();
     cmd.add_flag_callback(
         "--no-prefix-cache", [&o] { o.enable_prefix_caching = false; }, "disable prefix caching");
   }

@@ -34,6 +34,9 @@ struct EngineOptions {
   // Where the model runs: "cuda" (the first GPU, weights as bf16), "cpu", or "auto": the GPU when
   // this build has CUDA and one is visible, else the CPU.
   std::string device = "auto";
+  // CPU KV cache storage: "auto" (the model's choice: bf16 keys and compressed entries for
+  // DeepSeek-V4, f32 for the others), "f32", or "bf16" (models that store some KV as bf16).
+  std::string kv_cache_dtype = "auto";
 };
 
 // Structured output: the generated text must follow a JSON Schema ("json_schema"), be any JSON

@@ -100,9 +100,11 @@ class Stream final : public RequestStream {
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(LoadedModel lm, const EngineOptions& o, Device device) : lm_(std::move(lm)) {
+  EngineImpl(LoadedModel lm, const EngineOptions& o, Device device, KvCacheDType kv_cache_dtype)
+      : lm_(std::move(lm)) {
     EngineConfig c;
     c.device = device;
+    c.kv_cache_dtype = kv_cache_dtype;
     c.threads = o.threads;
     c.block_size = o.block_size;
     c.kv_cache_bytes = o.kv_cache_mib << 20;
@@ -366,8 +368,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   LoadOptions lo;
   lo.show_progress = options.show_progress;
   DINFER_ASSIGN_OR_RETURN(const Device device, ModelRunner::ParseDevice(options.device));
+  DINFER_ASSIGN_OR_RETURN(const KvCacheDType kv_cache_dtype,
+                          ParseKvCacheDType(options.kv_cache_dtype));
   DINFER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(options.model, lo));
-  auto engine = std::make_unique<EngineImpl>(std::move(lm), options, device);
+  auto engine = std::make_unique<EngineImpl>(std::move(lm), options, device, kv_cache_dtype);
   if (!engine->runner_status().ok()) return engine->runner_status();
   return std::unique_ptr<Engine>(std::move(engine));
 }

@@ -20,6 +20,7 @@ RunnerOptions MakeRunnerOptions(const EngineConfig& c) {
   o.block_size = c.block_size;
   o.threads = c.threads;
   o.f32_activations = c.f32_activations;
+  o.kv_cache_dtype = c.kv_cache_dtype;
   o.device = c.device;
   o.cuda_dtype = c.cuda_dtype;
   o.max_seq_len = c.scheduler.max_model_len;

@@ -33,6 +33,7 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int threads = 0;  // CPU threads (0: all cores)
   bool f32_activations = false;
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // CPU KV storage (RunnerOptions)
   // With scheduler.step_time_budget_s > 0 the step cost model is loaded from this file if it
   // exists, else measured at start-up (and saved here when a path is given).
   std::string cost_profile;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/logging.h"
+
 namespace dinfer {
 
 KvStorage::KvStorage(const KvLayout& layout, std::vector<int64_t> num_blocks, int64_t block_size)
@@ -10,12 +12,36 @@ KvStorage::KvStorage(const KvLayout& layout, std::vector<int64_t> num_blocks, in
     planes_.emplace_back();
     for (const KvPlane& p : planes) {
       planes_.back().push_back(Tensor::Zeros(
-          DType::kF32, {num_blocks_.at(static_cast<size_t>(p.group)), p.rows_per_block, p.width}));
+          p.dtype, {num_blocks_.at(static_cast<size_t>(p.group)), p.rows_per_block, p.width}));
     }
   }
 }
 
+StatusOr<KvCacheDType> ParseKvCacheDType(std::string_view name) {
+  if (name == "auto") return KvCacheDType::kAuto;
+  if (name == "f32") return KvCacheDType::kF32;
+  if (name == "bf16") return KvCacheDType::kBF16;
+  return InvalidArgument("KV cache dtype '{}': use auto, f32 or bf16", name);
+}
+
+StatusOr<KvLayout> ApplyKvCacheDType(KvLayout layout, KvCacheDType dtype, std::string_view arch) {
+  bool any_bf16 = false;
+  for (auto& planes : layout) {
+    for (KvPlane& p : planes) {
+      if (dtype == KvCacheDType::kF32) p.dtype = DType::kF32;
+      any_bf16 = any_bf16 || p.dtype == DType::kBF16;
+    }
+  }
+  if (dtype == KvCacheDType::kBF16 && !any_bf16) {
+    return InvalidArgument(
+        "architecture '{}' keeps its KV cache in f32 on the CPU: use auto or f32", arch);
+  }
+  return layout;
+}
+
 ops::KvLayerView KvStorage::layer(int64_t i) const {
+  DINFER_CHECK(planes_[i][0].view().dtype == DType::kF32 &&
+               planes_[i][1].view().dtype == DType::kF32);
   return ops::KvLayerView{planes_[i][0].data<float>(), planes_[i][1].data<float>()};
 }
 
@@ -23,7 +49,7 @@ int64_t KvStorage::BytesPerBlock(const KvLayout& layout) {
   int64_t bytes = 0;
   for (const auto& planes : layout) {
     for (const KvPlane& p : planes) {
-      bytes += p.rows_per_block * p.width * static_cast<int64_t>(sizeof(float));
+      bytes += p.rows_per_block * RowBytes(p.dtype, p.width);
     }
   }
   return bytes;
@@ -33,8 +59,7 @@ std::vector<int64_t> KvStorage::GroupBytesPerBlock(const KvLayout& layout, int64
   std::vector<int64_t> bytes(static_cast<size_t>(num_groups), 0);
   for (const auto& planes : layout) {
     for (const KvPlane& p : planes) {
-      bytes.at(static_cast<size_t>(p.group)) +=
-          p.rows_per_block * p.width * static_cast<int64_t>(sizeof(float));
+      bytes.at(static_cast<size_t>(p.group)) += p.rows_per_block * RowBytes(p.dtype, p.width);
     }
   }
   return bytes;

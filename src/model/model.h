@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -27,25 +28,36 @@ struct KvGroup {
 };
 
 // One plane of a layer's paged KV memory: every block of its group holds rows_per_block rows of
-// `width` f32. A dense layer has two planes of block_size rows (K and V); other attention kinds
-// keep other per-token or per-block state (DeepSeek-V4: window keys, compressor state, compressed
-// entries).
+// `width` elements of `dtype` (f32 or bf16: bf16 planes are written rounded to nearest even and
+// widened to f32 when read; state that accumulates across steps stays f32). A dense layer has two
+// planes of block_size rows (K and V); other attention kinds keep other per-token or per-block
+// state (DeepSeek-V4: window keys, compressor state, compressed entries).
 struct KvPlane {
   int64_t rows_per_block = 0;
   int64_t width = 0;
   int32_t group = 0;  // index into the model's KvGroupsFor
+  DType dtype = DType::kF32;
 };
 using KvLayout = std::vector<std::vector<KvPlane>>;  // per layer, its planes
 
+// How the KV cache is stored on the CPU: as the model chooses in KvLayoutFor (auto), every plane
+// f32, or bf16 (the model's choice, which must store some planes as bf16: dense layers keep K and
+// V in f32 on the CPU).
+enum class KvCacheDType { kAuto, kF32, kBF16 };
+StatusOr<KvCacheDType> ParseKvCacheDType(std::string_view name);  // "auto", "f32", "bf16"
+// `layout` stored as `dtype` asks; `arch` names the model in errors.
+StatusOr<KvLayout> ApplyKvCacheDType(KvLayout layout, KvCacheDType dtype, std::string_view arch);
+
 // Paged KV memory for every layer: plane j of layer i is [num_blocks of its group, rows_per_block,
-// width] f32.
+// width] of the plane's dtype.
 class KvStorage {
  public:
   // `num_blocks`: per group.
   KvStorage(const KvLayout& layout, std::vector<int64_t> num_blocks, int64_t block_size);
-  // Planes 0 and 1 (K and V) of a dense layer.
+  // Planes 0 and 1 (K and V, f32) of a dense layer.
   ops::KvLayerView layer(int64_t i) const;
-  float* plane(int64_t layer, int64_t j) const { return planes_[layer][j].data<float>(); }
+  void* plane(int64_t layer, int64_t j) const { return planes_[layer][j].view().data; }
+  DType plane_dtype(int64_t layer, int64_t j) const { return planes_[layer][j].view().dtype; }
   int64_t num_blocks(int64_t group = 0) const { return num_blocks_[static_cast<size_t>(group)]; }
   int64_t num_groups() const { return static_cast<int64_t>(num_blocks_.size()); }
   int64_t block_size() const { return block_size_; }

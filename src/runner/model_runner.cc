@@ -16,6 +16,14 @@ class GpuRunner {};  // this build has no CUDA backend
 
 namespace {
 
+// The CPU KV layout as the options store it: the model's own when the dtype they ask for does not
+// apply to it (ModelRunner reports why).
+KvLayout CpuKvLayout(const Model& model, const RunnerOptions& o) {
+  KvLayout layout = model.KvLayoutFor(o.block_size);
+  StatusOr<KvLayout> stored = ApplyKvCacheDType(layout, o.kv_cache_dtype, model.config().arch);
+  return stored.ok() ? std::move(*stored) : layout;
+}
+
 int64_t BlocksFor(const RunnerOptions& o) {
   if (o.num_blocks > 0) return o.num_blocks;
   return (o.max_seq_len + o.block_size - 1) / o.block_size;
@@ -74,8 +82,7 @@ StatusOr<Device> ModelRunner::ParseDevice(std::string_view name) {
 std::vector<int64_t> ModelRunner::KvBytesPerBlock(const Model& model, const RunnerOptions& o) {
   if (o.device == Device::kCpu) {
     return KvStorage::GroupBytesPerBlock(
-        model.KvLayoutFor(o.block_size),
-        static_cast<int64_t>(model.KvGroupsFor(o.block_size).size()));
+        CpuKvLayout(model, o), static_cast<int64_t>(model.KvGroupsFor(o.block_size).size()));
   }
   const ModelConfig& c = model.config();
   const int64_t elem = o.cuda_dtype == DType::kBF16 ? 2 : 4;
@@ -93,8 +100,14 @@ ModelRunner::ModelRunner(Model& model, const RunnerOptions& options)
                 ? (options.threads > 0 ? options.threads : DefaultThreadCount())
                 : 1),
       groups_(model.KvGroupsFor(options.block_size)),
-      kv_(options.device == Device::kCpu ? model.KvLayoutFor(options.block_size) : KvLayout{},
+      kv_(options.device == Device::kCpu ? CpuKvLayout(model, options) : KvLayout{},
           GroupBlocks(options, groups_.size()), options.block_size) {
+  if (device_ == Device::kCpu) {
+    status_ = ApplyKvCacheDType(model.KvLayoutFor(block_size_), options.kv_cache_dtype,
+                                model.config().arch)
+                  .status();
+    if (!status_.ok()) return;
+  }
   if (device_ == Device::kCuda && groups_.size() > 1) {
     status_ = Unimplemented("the CUDA runner has one KV group; '{}' has {}", model.config().arch,
                             groups_.size());

@@ -26,6 +26,8 @@ struct RunnerOptions {
   int threads = 0;  // 0: all available cores
   // Quantized weights: f32 activations (reference numerics, slower) instead of 8-bit ones.
   bool f32_activations = false;
+  // CPU: how the KV cache is stored (KvCacheDType; auto: as the model chooses).
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
   // kCuda: the forward pass runs on the current CUDA device with the weights copied there as
   // bf16 (a build with -DDINFER_CUDA=ON, an architecture built on layers::DecoderModel), within
   // these limits per step.

@@ -3,8 +3,9 @@
 // 64-token prompt and 16 greedy decode steps, and the MTP layer's logits against DeepSeek's MTP
 // block built from transformers' modules. The layers mix sliding-window, compressed sparse and
 // heavily compressed attention, hash-routed and score-routed MoE; compression rates 4 and 8 and a
-// 16-token window all matter over 80 tokens. Fixtures:
-// scripts/fixtures/make_deepseek_v4_fixture.py.
+// 16-token window all matter over 80 tokens. Logits are compared with an f32 KV cache, and with
+// the bf16 one V4 uses by default (a looser bound, below); the engine tests run the default.
+// Fixtures: scripts/fixtures/make_deepseek_v4_fixture.py.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <boost/json.hpp>
 
 #include "base/mapped_file.h"
+#include "dinfer/engine.h"
 #include "engine/cost_profile.h"
 #include "engine/engine_core.h"
 #include "model/loader.h"
@@ -23,8 +25,17 @@
 namespace dinfer {
 namespace {
 
-// As for the dense architectures: float32 throughout, only summation order differs.
+// With an f32 KV cache, as for the dense architectures: float32 throughout, only summation order
+// differs.
 constexpr double kRelTol = 1e-4;
+// With the bf16 KV cache DeepSeek-V4 uses by default, every window key, compressed entry and
+// indexer key is rounded to bf16 (8 significant bits: relative error up to 2^-9 each) and the
+// errors pass through every later layer; the rows' errors are then about 2^-8 (median 0.004 with
+// the f32 and bf16 fixtures, 0.008 with the FP8 one). A few rows move much more (up to 0.14, and
+// 0.48 in the FP8 fixture): a discrete choice near a tie (top-k routing or selection) can flip in
+// these tiny random models. So the bound is on the median row error, 4 * 2^-8: it passes rounding
+// and catches a wrong row or slot, which moves every row by O(1).
+constexpr double kBf16KvMedianRelTol = 4.0 / 256;
 
 struct Fixture {
   std::vector<int32_t> prompt, decode;
@@ -68,10 +79,12 @@ struct Case {
   std::string variant;
   int64_t block_size;
   bool chunked;  // prefill in two chunks, the first ending inside a window
+  KvCacheDType kv = KvCacheDType::kF32;
 };
 
 std::string CaseName(const Case& c) {
-  return c.variant + "_block" + std::to_string(c.block_size) + (c.chunked ? "_chunked" : "");
+  return c.variant + "_block" + std::to_string(c.block_size) + (c.chunked ? "_chunked" : "") +
+         (c.kv == KvCacheDType::kBF16 ? "_bf16kv" : "");
 }
 std::string Name(const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); }
 void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
@@ -97,7 +110,10 @@ TEST_P(DeepseekV4Test, MatchesTransformers) {
   ro.block_size = c.block_size;
   ro.num_blocks = (static_cast<int64_t>(total) + c.block_size - 1) / c.block_size + 1;
   ro.threads = 2;
+  ro.kv_cache_dtype = c.kv;
   ModelRunner runner(*lm->model, ro);
+  const bool bf16_kv = c.kv == KvCacheDType::kBF16;
+  std::vector<double> errors;
   std::vector<int32_t> table(static_cast<size_t>(ro.num_blocks));
   std::iota(table.begin(), table.end(), 0);
   std::reverse(table.begin(), table.end());
@@ -112,7 +128,8 @@ TEST_P(DeepseekV4Test, MatchesTransformers) {
     for (size_t r = 0; r < rows; ++r) {
       const double e = RowRelError(got.as<float>() + r * vocab, want + r * vocab, vocab);
       *w = std::max(*w, e);
-      EXPECT_LE(e, kRelTol) << what << " row " << r;
+      errors.push_back(e);
+      if (!bf16_kv) EXPECT_LE(e, kRelTol) << what << " row " << r;
     }
   };
 
@@ -146,15 +163,23 @@ TEST_P(DeepseekV4Test, MatchesTransformers) {
     ASSERT_TRUE(mtp.ok()) << mtp.status().ToString();
     check(*mtp, mtp_ref + pos * vocab, 1, "MTP decode step " + std::to_string(i), &worst_mtp);
   }
-  std::printf("%s: worst relative logit error %.3g (main, %zu rows), %.3g (MTP, %zu rows)\n",
-              CaseName(c).c_str(), worst, total, worst_mtp, total - 1);
+  std::sort(errors.begin(), errors.end());
+  const double median = errors[errors.size() / 2];
+  if (bf16_kv) EXPECT_LE(median, kBf16KvMedianRelTol);
+  std::printf(
+      "%s: worst relative logit error %.3g (main, %zu rows), %.3g (MTP, %zu rows), median %.3g\n",
+      CaseName(c).c_str(), worst, total, worst_mtp, total - 1, median);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, DeepseekV4Test,
                          ::testing::Values(Case{"deepseek_v4", 16, false},
                                            Case{"deepseek_v4", 4, true},
                                            Case{"deepseek_v4_bf16", 16, false},
-                                           Case{"deepseek_v4_fp8", 16, true}),
+                                           Case{"deepseek_v4_fp8", 16, true},
+                                           Case{"deepseek_v4", 16, false, KvCacheDType::kBF16},
+                                           Case{"deepseek_v4", 4, true, KvCacheDType::kBF16},
+                                           Case{"deepseek_v4_bf16", 16, false, KvCacheDType::kBF16},
+                                           Case{"deepseek_v4_fp8", 16, true, KvCacheDType::kBF16}),
                          Name);
 
 // Two sequences in one batch (one mid-prompt, one from the start) agree with the reference rows.
@@ -169,6 +194,7 @@ TEST(DeepseekV4BatchTest, SequencesInOneBatchMatchTransformers) {
   ro.block_size = 8;
   ro.num_blocks = 24;
   ro.threads = 2;
+  ro.kv_cache_dtype = KvCacheDType::kF32;
   ModelRunner runner(*lm->model, ro);
   std::vector<int32_t> a(8), b(8);
   for (int32_t i = 0; i < 8; ++i) {
@@ -210,6 +236,7 @@ TEST(DeepseekV4SavedTest, CheckpointSavedByTransformersMatches) {
   ro.block_size = 16;
   ro.num_blocks = 6;
   ro.threads = 2;
+  ro.kv_cache_dtype = KvCacheDType::kF32;
   ModelRunner runner(*lm->model, ro);
   const std::vector<int32_t> table = {5, 3, 1, 0, 2, 4};
   SeqChunk prefill{f.prompt, 0, table, SeqChunk::Logits::kAll};
@@ -347,6 +374,7 @@ TEST(DeepseekV4EngineTest, PrefixHitNeedsOnlyTheWindowsBlocks) {
   ro.block_size = bs;
   ro.threads = 2;
   ro.group_num_blocks = {12, 40, 40};
+  ro.kv_cache_dtype = KvCacheDType::kF32;
   ModelRunner runner(*lm->model, ro);
   const int64_t n = static_cast<int64_t>(f.prompt.size());
   // Computes the prompt from `start` in chunks of 8, as the scheduler would; returns the last
@@ -441,6 +469,28 @@ TEST(DeepseekV4EngineTest, WindowBlocksAreReleasedAsASequenceGrows) {
   // flight; the rate-4 group keeps an entry per 4 tokens of the 183 computed, one per block.
   EXPECT_LE(most_window, 6);
   EXPECT_GE(most_compressed, 183 / 4);
+}
+
+// The engine's kv_cache_dtype option: auto, f32 and bf16 for V4; bf16 refused for a dense model,
+// which keeps K and V in f32 on the CPU; an unknown name refused.
+TEST(DeepseekV4EngineTest, KvCacheDTypeOption) {
+  auto create = [](const std::string& variant, const std::string& dtype) {
+    EngineOptions o;
+    o.model = Dir(variant);
+    o.threads = 1;
+    o.kv_cache_mib = 16;
+    o.show_progress = false;
+    o.device = "cpu";
+    o.kv_cache_dtype = dtype;
+    return Engine::Create(o).status();
+  };
+  for (const char* dtype : {"auto", "f32", "bf16"}) {
+    EXPECT_TRUE(create("deepseek_v4", dtype).ok()) << dtype;
+  }
+  EXPECT_TRUE(create("llama", "f32").ok());
+  const Status dense_bf16 = create("llama", "bf16");
+  EXPECT_EQ(dense_bf16.code(), StatusCode::kInvalidArgument) << dense_bf16.ToString();
+  EXPECT_EQ(create("deepseek_v4", "f16").code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -131,10 +131,12 @@ StatusOr<TensorView> DeepseekV4Model::RunBlock(const ops::OpContext& ctx, const 
                              : kind == V4Attention::kHeavilyCompressed ? 3
                                                                        : 5;
   const std::vector<KvPlane> layout = layers::DeepseekV4LayerPlanes(config_, kind, kv.block_size());
-  std::vector<float*> planes;
+  std::vector<void*> planes;
+  std::vector<DType> dtypes;
   std::vector<int32_t> groups;
   for (int64_t j = 0; j < num_planes; ++j) {
     planes.push_back(kv.plane(layer, j));
+    dtypes.push_back(kv.plane_dtype(layer, j));
     groups.push_back(layout[static_cast<size_t>(j)].group);
   }
   TensorView collapsed = ws_.Get(kCollapsed, n, h), normed = ws_.Get(kNormed, n, h);
@@ -143,7 +145,8 @@ StatusOr<TensorView> DeepseekV4Model::RunBlock(const ops::OpContext& ctx, const 
   TensorView mid = ws_.Get(kStreamsB, n, streams.cols());
   DINFER_RETURN_IF_ERROR(block.attn_hc.Pre(ctx, streams, ws_, collapsed));
   ops::RmsNorm(ctx, collapsed, block.attn_norm, eps, normed);
-  DINFER_RETURN_IF_ERROR(block.attn.Forward(ctx, normed, planes, groups, meta, rope_, ws_, branch));
+  DINFER_RETURN_IF_ERROR(
+      block.attn.Forward(ctx, normed, planes, dtypes, groups, meta, rope_, ws_, branch));
   block.attn_hc.Post(ctx, streams, branch, ws_, mid);
   DINFER_RETURN_IF_ERROR(block.ffn_hc.Pre(ctx, mid, ws_, collapsed));
   ops::RmsNorm(ctx, collapsed, block.ffn_norm, eps, normed);
