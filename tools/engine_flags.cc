@@ -24,8 +24,9 @@ void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
     cmd.add_option("--block-size", o.block_size, "tokens per KV cache block")
         ->capture_default_str();
     cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
-                   "KV cache elements: auto (the activations' dtype) or fp8 (e4m3, CUDA only: "
-                   "twice the tokens in the same memory)")
+                   "KV cache storage: auto (CPU: the model's choice; CUDA: bf16), f32 (CPU), bf16, "
+                   "or fp8 (e4m3, CUDA only: twice the tokens in the same memory)")
+        ->check(CLI::IsMember({"auto", "f32", "bf16", "fp8"}))
         ->capture_default_str();
     cmd.add_option("--kv-cache-scale", o.kv_cache_scale,
                    "with --kv-cache-dtype fp8: the cache stores K / scale and V / scale")

@@ -32,7 +32,7 @@ def main():
                    "Llama-3.1-8B's shape (bf16) side by side with HF transformers",
            "rerun": "scripts/gpu OUTDIR (on the GPU machine; see scripts/gpu)",
            "commit": commit}
-    for name in ("summary", "kernels", "model", "hf", "startup"):
+    for name in ("summary", "kernels", "model", "hf", "startup", "engine"):
         data = load(os.path.join(outdir, name + ".json"))
         if data is not None:
             res[name] = data
@@ -51,6 +51,8 @@ def main():
         keys["transformers_decode_b1_tok_s"] = hf["decode_b1"]["tok_s"]
     if "startup_s" in (res.get("startup") or {}):
         keys["startup_s"] = res["startup"]["startup_s"]
+    if "output_throughput" in (res.get("engine") or {}):
+        keys["engine_throughput_1000_1000_c256_tok_s"] = res["engine"]["output_throughput"]
     if "prefill_8x2048" in hf:
         keys["transformers_prefill_tflops"] = hf["prefill_8x2048"]["tflops"]
     res["keys"] = keys

@@ -34,8 +34,10 @@ struct EngineOptions {
   // Where the model runs: "cuda" (the first GPU, weights as bf16), "cpu", or "auto": the GPU when
   // this build has CUDA and one is visible, else the CPU.
   std::string device = "auto";
-  // KV cache elements: "auto" (the activations' dtype) or "fp8" (float8 e4m3fn on CUDA: half the
-  // bytes of bf16, so twice the tokens fit), storing K / kv_cache_scale and V / kv_cache_scale.
+  // KV cache storage: "auto" (CPU: the model's choice, bf16 keys and compressed entries for
+  // DeepSeek-V4, f32 for the others; CUDA: bf16), "f32" (CPU), "bf16" (CUDA, or CPU models that
+  // store some KV as bf16), or "fp8" (CUDA: float8 e4m3fn, half the bytes of bf16, so twice the
+  // tokens fit, storing K / kv_cache_scale and V / kv_cache_scale).
   std::string kv_cache_dtype = "auto";
   double kv_cache_scale = 1.0;
   // "none", or "fp8": on CUDA, the layers' matrices as e4m3 with one scale per output channel,

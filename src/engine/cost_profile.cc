@@ -17,10 +17,19 @@ namespace dinfer {
 
 StatusOr<std::vector<sched::StepSample>> MeasureSteps(ModelRunner& runner,
                                                       const ProfileOptions& o) {
-  const int64_t capacity = runner.num_blocks() * runner.block_size();
   const int64_t vocab = runner.model().config().vocab_size;
-  std::vector<int32_t> table(static_cast<size_t>(runner.num_blocks()));
-  std::iota(table.begin(), table.end(), 0);
+  // Every block of every KV group, in order; the sequence fits in the smallest group.
+  const std::vector<KvGroup>& groups = runner.kv_groups();
+  std::vector<std::vector<int32_t>> tables(groups.size());
+  int64_t capacity = runner.num_blocks() * runner.block_size();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t blocks = runner.group_num_blocks(static_cast<int64_t>(g));
+    tables[g].resize(static_cast<size_t>(blocks));
+    std::iota(tables[g].begin(), tables[g].end(), 0);
+    capacity = std::min(capacity, blocks * groups[g].block_size);
+  }
+  const std::vector<int32_t>& table = tables[0];
+  std::vector<std::span<const int32_t>> other_tables(tables.begin() + 1, tables.end());
   std::mt19937 rng(1);
   std::vector<sched::StepSample> samples;
   auto now = [&o] {
@@ -38,11 +47,12 @@ StatusOr<std::vector<sched::StepSample>> MeasureSteps(ModelRunner& runner,
       std::vector<int32_t> tokens(static_cast<size_t>(c + q));
       for (auto& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
       if (c > 0) {  // the cached context, written once
-        SeqChunk ctx{std::span<const int32_t>(tokens).first(c), 0, table, SeqChunk::Logits::kNone};
+        SeqChunk ctx{std::span<const int32_t>(tokens).first(c), 0, table, SeqChunk::Logits::kNone,
+                     other_tables};
         DINFER_RETURN_IF_ERROR(runner.Execute(std::span(&ctx, 1)).status());
       }
-      SeqChunk chunk{std::span<const int32_t>(tokens).subspan(c), c, table,
-                     SeqChunk::Logits::kLast};
+      SeqChunk chunk{std::span<const int32_t>(tokens).subspan(c), c, table, SeqChunk::Logits::kLast,
+                     other_tables};
       DINFER_RETURN_IF_ERROR(runner.Execute(std::span(&chunk, 1)).status());  // warm-up
       std::vector<double> times;
       for (int r = 0; r < std::max(1, o.repetitions); ++r) {

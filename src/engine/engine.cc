@@ -100,11 +100,11 @@ class Stream final : public RequestStream {
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(LoadedModel lm, const EngineOptions& o, Device device, DType kv_dtype)
+  EngineImpl(LoadedModel lm, const EngineOptions& o, Device device, KvCacheDType kv_cache_dtype)
       : lm_(std::move(lm)) {
     EngineConfig c;
     c.device = device;
-    c.kv_cache_dtype = kv_dtype;
+    c.kv_cache_dtype = kv_cache_dtype;
     c.kv_scale = static_cast<float>(o.kv_cache_scale);
     c.cuda_fp8_weights = o.quantization == "fp8";
     c.threads = o.threads;
@@ -332,7 +332,7 @@ class EngineImpl final : public Engine {
       stats_.prompt_tokens = s.prompt_tokens;
       stats_.generated_tokens = s.generated_tokens;
       stats_.preemptions = s.preemptions;
-      stats_.kv_usage = s.kv.total > 0 ? static_cast<double>(s.kv.in_use) / s.kv.total : 0.0;
+      stats_.kv_usage = s.kv.usage;
       stats_.prefix_queries = s.kv.prefix_queries;
       stats_.prefix_hits = s.kv.prefix_hits;
     }
@@ -370,14 +370,17 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   LoadOptions lo;
   lo.show_progress = options.show_progress;
   DINFER_ASSIGN_OR_RETURN(const Device device, ModelRunner::ParseDevice(options.device));
-  DINFER_ASSIGN_OR_RETURN(const DType kv_dtype,
-                          ModelRunner::ParseKvCacheDtype(options.kv_cache_dtype, device));
+  DINFER_ASSIGN_OR_RETURN(const KvCacheDType kv_cache_dtype,
+                          ParseKvCacheDType(options.kv_cache_dtype));
+  if (kv_cache_dtype == KvCacheDType::kFp8 && device != Device::kCuda) {
+    return InvalidArgument("an FP8 KV cache needs the CUDA runner (--device cuda)");
+  }
   DINFER_RETURN_IF_ERROR(ModelRunner::CheckQuantization(options.quantization, device));
   if (!(options.kv_cache_scale > 0.0)) {
     return InvalidArgument("kv_cache_scale must be positive, got {}", options.kv_cache_scale);
   }
   DINFER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(options.model, lo));
-  auto engine = std::make_unique<EngineImpl>(std::move(lm), options, device, kv_dtype);
+  auto engine = std::make_unique<EngineImpl>(std::move(lm), options, device, kv_cache_dtype);
   if (!engine->runner_status().ok()) return engine->runner_status();
   return std::unique_ptr<Engine>(std::move(engine));
 }

@@ -10,6 +10,7 @@
 
 #include "base/logging.h"
 #include "engine/cost_profile.h"
+#include "engine/device_sample.h"
 
 namespace dinfer {
 namespace {
@@ -19,9 +20,9 @@ RunnerOptions MakeRunnerOptions(const EngineConfig& c) {
   o.block_size = c.block_size;
   o.threads = c.threads;
   o.f32_activations = c.f32_activations;
+  o.kv_cache_dtype = c.kv_cache_dtype;
   o.device = c.device;
   o.cuda_dtype = c.cuda_dtype;
-  o.kv_cache_dtype = c.kv_cache_dtype;
   o.kv_scale = c.kv_scale;
   o.cuda_fp8_weights = c.cuda_fp8_weights;
   o.max_seq_len = c.scheduler.max_model_len;
@@ -33,24 +34,86 @@ RunnerOptions MakeRunnerOptions(const EngineConfig& c) {
 RunnerOptions MakeRunnerOptions(const kv::KvCacheSpec& spec, const EngineConfig& c) {
   RunnerOptions o = MakeRunnerOptions(c);
   o.num_blocks = spec.num_blocks;
+  for (int64_t g = 0; g < spec.num_groups(); ++g)
+    o.group_num_blocks.push_back(spec.group(g).num_blocks);
   return o;
 }
 
+// Blocks for each KV group. The memory budget is split so that every group holds the same number
+// of tokens (each gets its bytes per token's share), except that a sliding-window group next to
+// other groups needs no more than its windows and a step's chunks: it gets that much, and the
+// rest goes to the others. An explicit block count is group 0's, the others holding as many
+// tokens.
 kv::KvCacheSpec MakeSpec(const Model& model, const EngineConfig& c) {
-  kv::KvCacheSpec spec;
-  spec.block_size = c.block_size;
-  spec.enable_prefix_caching = c.enable_prefix_caching;
-  const ModelConfig& mc = model.config();
-  const bool all_sliding =
-      mc.sliding_window > 0 &&
-      std::all_of(mc.layer_sliding.begin(), mc.layer_sliding.end(), [](bool b) { return b; });
-  spec.sliding_window = all_sliding ? mc.sliding_window : 0;
-  spec.num_blocks = c.num_kv_blocks;
-  if (spec.num_blocks <= 0) {
-    const int64_t per_block = ModelRunner::KvBytesPerBlock(model, MakeRunnerOptions(c));
-    spec.num_blocks = std::max<int64_t>(2, c.kv_cache_bytes / per_block);
+  const std::vector<KvGroup> groups = model.KvGroupsFor(c.block_size);
+  std::vector<kv::KvGroupSpec> specs;
+  for (const KvGroup& g : groups) {
+    specs.push_back({0, g.block_size, g.sliding_window, g.entry_rate});
   }
+  const int64_t bs0 = groups[0].block_size;
+  if (c.num_kv_blocks > 0) {
+    const int64_t tokens = (c.num_kv_blocks - 1) * bs0;
+    specs[0].num_blocks = c.num_kv_blocks;
+    for (size_t g = 1; g < specs.size(); ++g) {
+      specs[g].num_blocks = (tokens + specs[g].block_size - 1) / specs[g].block_size + 1;
+    }
+  } else if (specs.size() == 1) {
+    const int64_t per_block = ModelRunner::KvBytesPerBlock(model, MakeRunnerOptions(c))[0];
+    specs[0].num_blocks = std::max<int64_t>(2, c.kv_cache_bytes / per_block);
+  } else {
+    const std::vector<int64_t> per_block =
+        ModelRunner::KvBytesPerBlock(model, MakeRunnerOptions(c));
+    auto per_token = [&](size_t g) {
+      return static_cast<double>(per_block[g]) / static_cast<double>(specs[g].block_size);
+    };
+    double bytes = static_cast<double>(c.kv_cache_bytes), all = 0;
+    for (size_t g = 0; g < specs.size(); ++g) all += per_token(g);
+    std::vector<bool> capped(specs.size(), false);
+    // Tokens a window group can hold at once: every sequence's window and a block either side,
+    // plus a step's chunks (blocks are released after the step that passed them).
+    for (size_t g = 0; g < specs.size(); ++g) {
+      const kv::KvGroupSpec& s = specs[g];
+      if (s.sliding_window == 0) continue;
+      const int64_t cap = c.scheduler.max_num_seqs * (s.sliding_window + 2 * s.block_size) +
+                          c.scheduler.max_num_batched_tokens;
+      if (bytes / all > static_cast<double>(cap)) {
+        specs[g].num_blocks = (cap + s.block_size - 1) / s.block_size + 1;
+        bytes -= static_cast<double>(specs[g].num_blocks * per_block[g]);
+        all -= per_token(g);
+        capped[g] = true;
+      }
+    }
+    const double tokens = all > 0 ? std::max(0.0, bytes) / all : 0;
+    for (size_t g = 0; g < specs.size(); ++g) {
+      if (!capped[g]) {
+        specs[g].num_blocks = std::max<int64_t>(
+            2, static_cast<int64_t>(tokens / static_cast<double>(specs[g].block_size)));
+      }
+    }
+  }
+  kv::KvCacheSpec spec;
+  spec.num_blocks = specs[0].num_blocks;
+  spec.block_size = specs[0].block_size;
+  spec.sliding_window = specs[0].sliding_window;
+  spec.enable_prefix_caching = c.enable_prefix_caching;
+  spec.extra_groups.assign(specs.begin() + 1, specs.end());
   return spec;
+}
+
+// One line per KV group: its blocks and what it costs per token.
+void LogKvGroups(const Model& model, const EngineConfig& c) {
+  const std::vector<KvGroup> groups = model.KvGroupsFor(c.block_size);
+  const std::vector<int64_t> bytes = ModelRunner::KvBytesPerBlock(model, MakeRunnerOptions(c));
+  const kv::KvCacheSpec spec = MakeSpec(model, c);
+  for (size_t g = 0; g < groups.size() && g < bytes.size(); ++g) {
+    const KvGroup& k = groups[g];
+    const double per_token = static_cast<double>(bytes[g]) / static_cast<double>(k.block_size);
+    log::Info("KV group {}: {} blocks of {} tokens, {} B/block, {:.1f} B/token{}", k.name,
+              spec.group(static_cast<int64_t>(g)).num_blocks - 1, k.block_size, bytes[g], per_token,
+              k.sliding_window > 0
+                  ? fmt::format(" (window {}: released behind it)", k.sliding_window)
+                  : "");
+  }
 }
 
 FinishReason FromSched(sched::FinishReason r) {
@@ -95,7 +158,9 @@ EngineCore::EngineCore(Model& model, const EngineConfig& config)
       runner_(model, MakeRunnerOptions(kv_.spec(), config)),
       seed_counter_(
           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {
+  device_sampling_ = config.device_sampling && runner_.SupportsDeviceSampling();
   if (config.async_scheduling) executor_ = std::make_unique<Executor>(*this);
+  if (kv_.num_groups() > 1) LogKvGroups(model, config);
   if (config.scheduler.step_time_budget_s > 0) {
     StatusOr<sched::CostModel> model = Internal("no cost model");
     if (!config.cost_profile.empty()) model = LoadCostModel(config.cost_profile);
@@ -255,7 +320,7 @@ EngineCore::~EngineCore() {
 EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
   StepJob job;
   job.tokens.reserve(plan.chunks.size());
-  job.tables.reserve(plan.chunks.size());
+  job.tables.reserve(plan.chunks.size() * static_cast<size_t>(kv_.num_groups()));
   for (const auto& c : plan.chunks) {
     const sched::SchedRequest* r = scheduler_.Find(c.id);
     const auto first = r->tokens.begin() + c.start_pos;
@@ -266,6 +331,16 @@ EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
     s.tokens = job.tokens.back();
     s.start_pos = c.start_pos;
     s.block_table = job.tables.back();
+    if (kv_.num_groups() > 1) {
+      std::vector<std::span<const int32_t>> groups;
+      for (int64_t g = 1; g < kv_.num_groups(); ++g) {
+        const auto group_table = kv_.BlockTable(c.id, g);
+        job.tables.emplace_back(group_table.begin(), group_table.end());
+        groups.push_back(job.tables.back());
+      }
+      job.group_tables.push_back(std::move(groups));
+      s.group_tables = job.group_tables.back();
+    }
     s.logits = c.sample ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone;
     job.chunks.push_back(s);
     if (c.sample) {
@@ -299,6 +374,7 @@ EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
       }
     });
   }
+  if (device_sampling_) return RunJobOnDevice(job, masks, masking);
   auto logits = runner_.Execute(job.chunks);
   if (masking.valid()) masking.get();
   if (!logits.ok()) {
@@ -335,6 +411,74 @@ EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
       result.logprobs.emplace_back();
       result.sampled.push_back(s.Sample(row));
     }
+  }
+  return result;
+}
+
+namespace {
+
+// Whether a grammar mask allows any token below `vocab`.
+bool AnyAllowed(const std::vector<uint32_t>& mask, int64_t known, int64_t vocab) {
+  const int64_t n = std::min(known, vocab);
+  for (int64_t w = 0; w < n / 32; ++w) {
+    if (mask[static_cast<size_t>(w)] != 0) return true;
+  }
+  for (int64_t t = n / 32 * 32; t < n; ++t) {
+    if (structured::TestBit(mask.data(), static_cast<int32_t>(t))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+EngineCore::StepResult EngineCore::RunJobOnDevice(const StepJob& job,
+                                                  std::vector<std::vector<uint32_t>>& masks,
+                                                  std::future<void>& masking) {
+  StepResult result;
+  const int64_t vocab = model_.config().vocab_size;
+  result.errors.resize(job.samplers.size());
+  auto out = runner_.ExecuteAndSample(job.chunks, [&](DeviceSampleBatch& b) -> Status {
+    // The masks are uploaded once the helper has filled them; the forward pass runs meanwhile.
+    if (masking.valid()) masking.get();
+    for (size_t i = 0; i < job.samplers.size(); ++i) {
+      AppendDeviceSampleRow(*job.samplers[i], b);
+      if (!job.matchers[i]) continue;
+      const int64_t known = job.matchers[i]->vocab_size();
+      if (!AnyAllowed(masks[i], known, vocab)) {
+        result.errors[i] = "structured output: the grammar allows no next token";
+        continue;
+      }
+      DeviceSampleRow& r = b.rows.back();
+      r.mask_offset = static_cast<int64_t>(b.masks.size());
+      r.mask_vocab = static_cast<int32_t>(std::min(known, vocab));
+      b.masks.insert(b.masks.end(), masks[i].begin(), masks[i].end());
+    }
+    return OkStatus();
+  });
+  if (masking.valid()) masking.get();
+  if (!out.ok()) {
+    result.status = out.status();
+    return result;
+  }
+  constexpr size_t kTop = DeviceSampleOutput::kTopStride;
+  for (size_t i = 0; i < job.samplers.size(); ++i) {
+    const int32_t token = result.errors[i].empty() ? out->tokens[i] : 0;
+    result.sampled.push_back(token);
+    result.logprobs.emplace_back();
+    const int n = job.samplers[i]->params().logprobs;
+    if (n < 0 || !result.errors[i].empty()) continue;
+    sample::SampleResult& lp = result.logprobs.back();
+    lp.token = token;
+    lp.logprob = out->logprobs[i];
+    for (size_t j = 0; j < std::min<size_t>(static_cast<size_t>(n), kTop); ++j) {
+      const int32_t t = out->top_tokens[i * kTop + j];
+      if (t < 0) break;
+      lp.top.emplace_back(t, out->top_logprobs[i * kTop + j]);
+    }
+    // As the CPU sampler orders them: logprob descending, then token ascending.
+    std::sort(lp.top.begin(), lp.top.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
   }
   return result;
 }

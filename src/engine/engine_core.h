@@ -10,6 +10,7 @@
 // Not thread-safe: one thread drives it (the Engine's loop, or a caller such as the benchmark).
 #pragma once
 
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,18 +33,21 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int threads = 0;  // CPU threads (0: all cores)
   bool f32_activations = false;
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // KV storage (RunnerOptions)
   // With scheduler.step_time_budget_s > 0 the step cost model is loaded from this file if it
   // exists, else measured at start-up (and saved here when a path is given).
   std::string cost_profile;
   // Plan step N+1 and post-process step N-1 while step N computes (on by default). The
   // synchronous mode runs the three one after the other; both give the same outputs.
   bool async_scheduling = true;
-  // Where the forward pass runs (ModelRunner); sampling stays on the CPU.
+  // Where the forward pass runs (ModelRunner).
   Device device = Device::kCpu;
   DType cuda_dtype = DType::kBF16;
-  DType kv_cache_dtype = DType::kBF16;  // RunnerOptions::kv_cache_dtype
-  float kv_scale = 1.0f;
+  float kv_scale = 1.0f;          // RunnerOptions::kv_scale (CUDA, kv_cache_dtype fp8)
   bool cuda_fp8_weights = false;  // RunnerOptions::cuda_fp8_weights
+  // On CUDA: masks, penalties and sampling run on the device and only tokens (and logprobs)
+  // come back (ModelRunner::ExecuteAndSample); false copies logits to the host and samples there.
+  bool device_sampling = true;
 };
 
 struct RequestOptions {
@@ -112,6 +116,8 @@ class EngineCore {
   // What one step computes, copied out of the scheduler so that it can plan the next one.
   struct StepJob {
     std::vector<std::vector<int32_t>> tokens, tables;
+    // Per chunk, the spans of its KV groups 1, 2, ... tables (in `tables`).
+    std::vector<std::vector<std::span<const int32_t>>> group_tables;
     std::vector<SeqChunk> chunks;
     std::vector<std::shared_ptr<sample::Sampler>> samplers;      // one per sampling chunk
     std::vector<std::shared_ptr<structured::Matcher>> matchers;  // per sampling chunk, or null
@@ -132,6 +138,9 @@ class EngineCore {
                      std::vector<TokenDelta>& out);
   StepJob BuildJob(const sched::StepPlan& plan);
   StepResult RunJob(const StepJob& job);
+  // RunJob with sampling on the device.
+  StepResult RunJobOnDevice(const StepJob& job, std::vector<std::vector<uint32_t>>& masks,
+                            std::future<void>& masking);
   void PostProcess(const sched::StepPlan& plan, const StepResult& result,
                    std::vector<TokenDelta>& out);
 
@@ -146,6 +155,7 @@ class EngineCore {
   uint64_t seed_counter_;
   std::unique_ptr<Executor> executor_;
   std::optional<sched::StepPlan> inflight_;
+  bool device_sampling_ = false;
 };
 
 }  // namespace dinfer

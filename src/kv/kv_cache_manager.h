@@ -1,12 +1,13 @@
-// KV cache block management, host-side metadata only (no tensors): a BlockPool of fixed-size
-// blocks with reference counts and a null block, a hash-chained prefix index of full blocks
-// (salted per tenant) with LRU eviction of unreferenced cached blocks, and the KvCacheManager
-// that gives each request its block table.
+// KV cache block management, host-side metadata only (no tensors): per KV group (layers whose
+// KV has the same granularity: full attention, a sliding window, compressed entries) a BlockPool
+// of fixed-size blocks with reference counts and a null block, a hash-chained prefix index of full
+// blocks (salted per tenant) with LRU eviction of unreferenced cached blocks; the KvCacheManager
+// gives each request one block table per group.
 //
 // Every change is two-phase: CanAllocate() plans without side effects, Allocate() commits, and a
-// failed Allocate() changes nothing. Invariant (CheckInvariants): free + cached + in use = total.
-// Sliding-window specs release blocks that no future token can attend to.
-// Not thread-safe: owned and called by the scheduler thread only.
+// failed Allocate() changes nothing (in any group). Invariant (CheckInvariants), per group:
+// free + cached + in use = total. Sliding-window groups release blocks that no future token can
+// attend to. Not thread-safe: owned and called by the scheduler thread only.
 #pragma once
 
 #include <cstdint>
@@ -21,18 +22,38 @@ namespace dinfer::kv {
 
 using RequestId = int64_t;
 
+// One KV group: its own block pool, block size and window.
+struct KvGroupSpec {
+  int64_t num_blocks = 0;      // including the null block
+  int64_t block_size = 16;     // tokens a block covers
+  int64_t sliding_window = 0;  // 0: full attention; else tokens a query can see (itself included)
+  // Tokens per row: a block holds block_size / entry_rate rows and row k of the sequence is
+  // written when token (k + 1) * entry_rate - 1 is computed (compressed KV: one entry per
+  // entry_rate tokens). A block is needed once its first row is written and is full (committable,
+  // shareable) once its last row is. 1: a row per token. Must divide block_size.
+  int64_t entry_rate = 1;
+};
+
+// Group 0 is described by the top-level fields (a model with one KV group needs nothing else);
+// models whose layers keep KV at several granularities add `extra_groups`. Group 0 must have
+// entry_rate 1 (prefix hits are whole blocks of it).
 struct KvCacheSpec {
   int64_t num_blocks = 0;  // including the null block
   int64_t block_size = 16;
   int64_t sliding_window = 0;  // 0: full attention; else tokens a query can see (itself included)
   bool enable_prefix_caching = true;
+  std::vector<KvGroupSpec> extra_groups = {};
+
+  int64_t num_groups() const { return 1 + static_cast<int64_t>(extra_groups.size()); }
+  KvGroupSpec group(int64_t g) const;
 };
 
 struct KvCacheStats {
-  int64_t total = 0;   // allocatable blocks (num_blocks - 1)
+  int64_t total = 0;   // allocatable blocks (num_blocks - 1), summed over the groups
   int64_t free = 0;    // on the free list, holding nothing reusable
   int64_t cached = 0;  // unreferenced but holding a cached full block (evictable, LRU)
   int64_t in_use = 0;  // referenced by at least one request
+  double usage = 0;    // in_use / total of the fullest group
   // Counted when a request is admitted (its first Allocate with tokens): its tokens, and of
   // those the cached ones it reuses.
   int64_t prefix_queries = 0;
@@ -45,22 +66,24 @@ BlockHash HashBlock(BlockHash parent, std::span<const int32_t> tokens, uint64_t 
 
 // Typical use per step: a waiting request calls Match then Allocate(id, cached + n, prompt, salt,
 // cached) and starts computing at NumCachedTokens(id) (which can be below `cached`); a running
-// one calls Allocate(id, computed + n). After the step: CommitComputed, then (sliding window)
-// ReleaseOutsideWindow; Free when it finishes or is preempted.
+// one calls Allocate(id, computed + n). After the step: CommitComputed, then ReleaseOutsideWindow;
+// Free when it finishes or is preempted. Each group has its own pool, so every operation applies
+// to every group; a prefix hit counts only where every group has the blocks it needs.
 class KvCacheManager {
  public:
   explicit KvCacheManager(const KvCacheSpec& spec);
 
   const KvCacheSpec& spec() const { return spec_; }
 
-  // Longest cached prefix of `tokens` in whole blocks, leaving at least one token to compute
-  // (so at most tokens.size() - 1 tokens). Returns the number of cached tokens; the blocks are
-  // not yet taken: Allocate(..., num_cached_tokens) takes them. With prefix caching disabled it
-  // returns 0. Sliding-window specs match the same way: every block of the prefix must be
-  // cached, not only those the window still reads.
-  int64_t Match(std::span<const int32_t> tokens, uint64_t salt);
+  // Longest cached prefix of `tokens` in whole blocks of group 0, leaving at least one token to
+  // compute (so at most tokens.size() - 1 tokens). Returns the number of cached tokens; the
+  // blocks are not yet taken: Allocate(..., num_cached_tokens) takes them. With prefix caching
+  // disabled it returns 0. A prefix of T tokens hits when every group has it: full-attention and
+  // compressed groups every block holding rows of the first T tokens (which must be full blocks),
+  // sliding-window groups only the blocks the window still reads from position T on.
+  int64_t Match(std::span<const int32_t> tokens, uint64_t salt) const;
 
-  // Blocks Allocate would take out of the free and cached pools for `request` to hold
+  // Blocks Allocate would take out of group `group`'s free and cached pools for `request` to hold
   // `total_tokens` tokens: new blocks, plus on a first allocation the reused cached blocks that
   // are unreferenced now (taking one shrinks the cached pool as much as a new block does).
   // For a first allocation with `num_cached_tokens` > 0, pass the same `tokens` and `salt` as to
@@ -68,13 +91,15 @@ class KvCacheManager {
   // other requests (a lower bound), and Allocate stays the authority.
   // Not reduced by blocks a sliding window will release later: call ReleaseOutsideWindow first.
   int64_t BlocksNeeded(RequestId request, int64_t total_tokens, int64_t num_cached_tokens = 0,
-                       std::span<const int32_t> tokens = {}, uint64_t salt = 0) const;
-  // BlocksNeeded(...) <= free + cached; with `tokens` (or for a running request) exactly when
-  // Allocate with the same arguments would succeed.
+                       std::span<const int32_t> tokens = {}, uint64_t salt = 0,
+                       int64_t group = 0) const;
+  // BlocksNeeded(...) <= free + cached in every group; with `tokens` (or for a running request)
+  // exactly when Allocate with the same arguments would succeed.
   bool CanAllocate(RequestId request, int64_t total_tokens, int64_t num_cached_tokens = 0,
                    std::span<const int32_t> tokens = {}, uint64_t salt = 0) const;
 
-  // Grows `request`'s block table to ceil(total_tokens / block_size) blocks (never shrinks it).
+  // Grows `request`'s block table of each group to the blocks holding rows of its first
+  // `total_tokens` tokens (ceil(total_tokens / block_size) for a row per token; never shrinks).
   // On the request's first call, `tokens` and `salt` name its prompt and up to the first
   // `num_cached_tokens` tokens (a Match result) reuse cached blocks: they are re-checked here
   // and reuse stops at the first block no longer cached (evicted since Match), so fewer tokens
@@ -88,11 +113,12 @@ class KvCacheManager {
                 uint64_t salt = 0, int64_t num_cached_tokens = 0);
 
   // Publishes the request's full blocks among its first `num_computed_tokens` tokens (whose KV is
-  // now written) in the prefix index, continuing the hash chain from its last committed block.
-  // `tokens` holds the request's tokens, at least that many (extra ones are ignored). A block
-  // whose hash another block already holds stays private (freed normally, never cached). The chain
-  // stops at a block a sliding window released before it was committed: call CommitComputed
-  // before ReleaseOutsideWindow. Unknown requests and disabled prefix caching: no-op.
+  // now written) in each group's prefix index, continuing the hash chain from its last committed
+  // block. `tokens` holds the request's tokens, at least that many (extra ones are ignored). A
+  // block whose hash another block already holds stays private (freed normally, never cached). A
+  // block a sliding window released before it was committed is not published (its KV is gone),
+  // but the chain goes on past it: later blocks hold their own keys. Call CommitComputed before
+  // ReleaseOutsideWindow. Unknown requests and disabled prefix caching: no-op.
   void CommitComputed(RequestId request, std::span<const int32_t> tokens,
                       int64_t num_computed_tokens);
 
@@ -100,7 +126,8 @@ class KvCacheManager {
   // p >= `next_position`, so keys j <= next_position - W are dead. Drops the request's reference
   // on each block whose positions are all dead and puts kNullBlock in its table slot. A committed
   // block released this way stays cached (its KV is valid, so another request's prompt can still
-  // hit it) until evicted. No-op for full attention and unknown requests.
+  // hit it) until evicted. Applies to sliding-window groups; no-op for the others and unknown
+  // requests.
   void ReleaseOutsideWindow(RequestId request, int64_t next_position);
 
   // Drops the request's references, the last block first, so that when the pool runs short the
@@ -108,45 +135,82 @@ class KvCacheManager {
   // until evicted. Unknown requests: no-op.
   void Free(RequestId request);
 
-  // Empty when the request has no blocks. Slot i holds positions [i * block_size, (i + 1) *
-  // block_size); released slots hold kNullBlock. Valid until the request's next call here.
-  std::span<const BlockId> BlockTable(RequestId request) const;
+  // Group `group`'s table; empty when the request has no blocks. Slot i holds positions
+  // [i * block_size, (i + 1) * block_size); released slots hold kNullBlock. Valid until the
+  // request's next call here.
+  std::span<const BlockId> BlockTable(RequestId request, int64_t group = 0) const;
   int64_t NumCachedTokens(RequestId request) const;  // prefix tokens it reused at admission
 
-  KvCacheStats Stats() const;
-  double Usage() const;  // in_use / total
+  // Whether a request of `num_tokens` tokens could ever be held (each full-attention or
+  // compressed group has the blocks for it; windows release as they go); ResourceExhausted
+  // naming the blocks it needs if not.
+  Status CheckCanEverHold(int64_t num_tokens) const;
+
+  int64_t num_groups() const { return static_cast<int64_t>(groups_.size()); }
+  KvCacheStats Stats() const;                    // summed over the groups
+  KvCacheStats GroupStats(int64_t group) const;  // block counts of one group (no prefix counters)
+  double Usage() const;                          // in_use / total of the fullest group
   // Checks free + cached + in use = total, the pool's lists and index, and each block's reference
   // count against its occurrences in the block tables; Internal on the first violation.
   // O(num_blocks + table entries): for tests and debug checks, not per step.
   Status CheckInvariants() const;
 
  private:
-  struct RequestState {
+  struct Group {
+    KvGroupSpec spec;
+    BlockPool pool;
+    int64_t rows_per_block = 0;
+  };
+  struct GroupState {
     std::vector<BlockId> table;
-    int64_t num_cached_tokens = 0;
     int64_t num_committed_blocks = 0;  // table[0, n) are in the hash chain
     int64_t num_released_blocks = 0;   // table[0, n) are kNullBlock (sliding window)
-    BlockHash last_hash = 0;           // chain hash of table[num_committed_blocks - 1]; 0: none
+    BlockHash last_hash = 0;           // chain hash of block num_committed_blocks - 1; 0: none
+  };
+  struct RequestState {
+    std::vector<GroupState> groups;
+    int64_t num_cached_tokens = 0;
     uint64_t salt = 0;
   };
-  // What Allocate would do: the cached blocks a first allocation reuses and the new ones.
-  struct Plan {
+  // What Allocate would do in one group: the cached blocks a first allocation reuses (kNullBlock
+  // for window slots it need not read) and the new ones.
+  struct GroupPlan {
     std::vector<BlockId> reused;
-    BlockHash last_hash = 0;  // chain hash of the last reused block
+    BlockHash last_hash = 0;  // chain hash of the last reused slot
+    int64_t num_released = 0;
     int64_t num_new = 0;
     int64_t pool_cost = 0;  // num_new + reused blocks that are cached (unreferenced) now
+  };
+  struct Plan {
+    std::vector<GroupPlan> groups;
+    int64_t num_cached_tokens = 0;
+  };
+  // Per group, the cached block (or kNullBlock) and chain hash of each whole block of a prefix.
+  struct Lookup {
+    std::vector<std::vector<BlockId>> blocks;
+    std::vector<std::vector<BlockHash>> hashes;
   };
 
   // With `tokens`, matched blocks are looked up in the index; without, every matched block (after
   // the caps) is assumed reused and referenced elsewhere (BlocksNeeded's lower bound).
   Plan MakePlan(RequestId request, int64_t total_tokens, std::span<const int32_t> tokens,
                 uint64_t salt, int64_t num_cached_tokens) const;
-  // Whole blocks of a `num_tokens`-token prompt that may come from the cache.
-  int64_t MaxCachedBlocks(int64_t num_tokens) const;
-  int64_t BlocksFor(int64_t num_tokens) const;
+  // The longest prefix of at most `limit` tokens that every group holds, with what it found.
+  int64_t FindHit(std::span<const int32_t> tokens, uint64_t salt, int64_t limit,
+                  Lookup* lookup) const;
+  // Whether a prefix of `n` tokens is a whole number of group 0 blocks and ends every group's
+  // rows on a block boundary.
+  bool Aligned(int64_t n) const;
+  // Blocks of group `g` holding rows of the first n tokens; of those, the full ones; the ones a
+  // sliding window no longer reads once the next position is n.
+  int64_t BlocksFor(const Group& g, int64_t n) const;
+  int64_t FullBlocks(const Group& g, int64_t n) const;
+  int64_t DeadBlocks(const Group& g, int64_t n) const;
+  // Whole blocks of group 0 of a `num_tokens`-token prompt that may come from the cache.
+  int64_t MaxCachedTokens(int64_t num_tokens) const;
 
   KvCacheSpec spec_;
-  BlockPool pool_;
+  std::vector<Group> groups_;
   std::unordered_map<RequestId, RequestState> requests_;
   int64_t prefix_queries_ = 0;
   int64_t prefix_hits_ = 0;

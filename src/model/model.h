@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -15,28 +17,59 @@
 
 namespace dinfer {
 
-// One plane of a layer's paged KV memory: every block holds rows_per_block rows of `width` f32.
-// A dense layer has two planes of block_size rows (K and V); other attention kinds keep other
-// per-token or per-block state (DeepSeek-V4: window keys, compressor state, compressed entries).
+// A KV group: the planes the KV manager pages together, with their own block pool and block
+// tables. Dense models have one (full attention, or a sliding window when every layer has one);
+// DeepSeek-V4 has the window group and one group of compressed entries per compression rate.
+struct KvGroup {
+  std::string name;
+  int64_t block_size = 0;      // tokens a block covers
+  int64_t sliding_window = 0;  // 0: every block stays; else blocks behind the window are released
+  int64_t entry_rate = 1;      // tokens per row (compressed entries); divides block_size
+};
+
+// One plane of a layer's paged KV memory: every block of its group holds rows_per_block rows of
+// `width` elements of `dtype` (f32 or bf16: bf16 planes are written rounded to nearest even and
+// widened to f32 when read; state that accumulates across steps stays f32). A dense layer has two
+// planes of block_size rows (K and V); other attention kinds keep other per-token or per-block
+// state (DeepSeek-V4: window keys, compressor state, compressed entries).
 struct KvPlane {
   int64_t rows_per_block = 0;
   int64_t width = 0;
+  int32_t group = 0;  // index into the model's KvGroupsFor
+  DType dtype = DType::kF32;
 };
 using KvLayout = std::vector<std::vector<KvPlane>>;  // per layer, its planes
 
-// Paged KV memory for every layer: plane j of layer i is [num_blocks, rows_per_block, width] f32.
+// How the KV cache is stored on the CPU: as the model chooses in KvLayoutFor (auto), every plane
+// f32, or bf16 (the model's choice, which must store some planes as bf16: dense layers keep K and
+// V in f32 on the CPU).
+enum class KvCacheDType { kAuto, kF32, kBF16, kFp8 };  // kFp8: e4m3, the CUDA runner only
+// "auto", "f32", "bf16", "fp8" (or "fp8_e4m3")
+StatusOr<KvCacheDType> ParseKvCacheDType(std::string_view name);
+// `layout` stored as `dtype` asks; `arch` names the model in errors.
+StatusOr<KvLayout> ApplyKvCacheDType(KvLayout layout, KvCacheDType dtype, std::string_view arch);
+
+// Paged KV memory for every layer: plane j of layer i is [num_blocks of its group, rows_per_block,
+// width] of the plane's dtype.
 class KvStorage {
  public:
-  KvStorage(const KvLayout& layout, int64_t num_blocks, int64_t block_size);
-  // Planes 0 and 1 (K and V) of a dense layer.
+  // `num_blocks`: per group.
+  KvStorage(const KvLayout& layout, std::vector<int64_t> num_blocks, int64_t block_size);
+  // Planes 0 and 1 (K and V, f32) of a dense layer.
   ops::KvLayerView layer(int64_t i) const;
-  float* plane(int64_t layer, int64_t j) const { return planes_[layer][j].data<float>(); }
-  int64_t num_blocks() const { return num_blocks_; }
+  void* plane(int64_t layer, int64_t j) const { return planes_[layer][j].view().data; }
+  DType plane_dtype(int64_t layer, int64_t j) const { return planes_[layer][j].view().dtype; }
+  int64_t num_blocks(int64_t group = 0) const { return num_blocks_[static_cast<size_t>(group)]; }
+  int64_t num_groups() const { return static_cast<int64_t>(num_blocks_.size()); }
   int64_t block_size() const { return block_size_; }
+  // Bytes of one block of every group together (all planes of all layers).
   static int64_t BytesPerBlock(const KvLayout& layout);
+  // Bytes of one block of each of `num_groups` groups.
+  static std::vector<int64_t> GroupBytesPerBlock(const KvLayout& layout, int64_t num_groups);
 
  private:
-  int64_t num_blocks_, block_size_;
+  std::vector<int64_t> num_blocks_;
+  int64_t block_size_;
   std::vector<std::vector<Tensor>> planes_;
 };
 
@@ -55,6 +88,10 @@ class Model {
   // The planes of each layer's KV memory for blocks of `block_size` tokens. By default K and V of
   // block_size rows of kv_dim per layer.
   virtual KvLayout KvLayoutFor(int64_t block_size) const;
+  // The KV groups the planes of KvLayoutFor(block_size) belong to; group 0 has blocks of
+  // block_size tokens and a row per token. By default one group: full attention, or a sliding
+  // window when every layer has one.
+  virtual std::vector<KvGroup> KvGroupsFor(int64_t block_size) const;
 
   // logits: [logits_rows.size(), vocab_size] f32, allocated by the caller.
   virtual Status Forward(const ops::OpContext& ctx, const ForwardInput& in, const KvStorage& kv,

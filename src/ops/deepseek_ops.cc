@@ -1,7 +1,5 @@
 #include "ops/deepseek_ops.h"
 
-#include <cstring>
-
 #include "base/logging.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -9,6 +7,15 @@
 namespace dinfer::ops {
 
 namespace kc = kernels::cpu;
+
+namespace {
+
+kc::KvDType KvDTypeOf(DType t) {
+  DINFER_CHECK(t == DType::kF32 || t == DType::kBF16);
+  return t == DType::kBF16 ? kc::KvDType::kBF16 : kc::KvDType::kF32;
+}
+
+}  // namespace
 
 void RmsNormPerHead(const OpContext& ctx, const TensorView& x, int64_t head_dim,
                     const TensorView* weight, float eps, const TensorView& out) {
@@ -89,14 +96,14 @@ void SiluMulClamp(const OpContext& ctx, const TensorView& gate, const TensorView
 }
 
 void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& kv,
-                     float* window_plane, const CompressedPlane* compressed,
+                     void* window_plane, DType window_dtype, const CompressedPlane* compressed,
                      const TensorView* selected, const AttentionMetadata& meta,
                      const SparseAttentionOptions& opt, const TensorView& out) {
   const int64_t tokens = q.rows(), d = opt.head_dim;
   DINFER_CHECK(kv.rows() == tokens && kv.cols() == d && q.cols() == opt.num_heads * d);
+  const kc::KvDType window_kv = KvDTypeOf(window_dtype);
   for (int64_t t = 0; t < tokens; ++t) {
-    std::memcpy(window_plane + meta.slot_mapping[t] * d, kv.as<float>() + t * d,
-                sizeof(float) * static_cast<size_t>(d));
+    kc::StoreKvRow(window_plane, window_kv, meta.slot_mapping[t], d, kv.as<float>() + t * d);
   }
   kc::SparseAttentionParams p;
   p.q = q.as<float>();
@@ -114,11 +121,16 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
   p.max_blocks_per_seq = meta.max_blocks_per_seq;
   p.block_size = meta.block_size;
   p.window_kv = window_plane;
+  p.window_dtype = window_kv;
   p.window = opt.window;
   if (compressed != nullptr) {
     p.compressed = compressed->data;
+    p.compressed_dtype = KvDTypeOf(compressed->dtype);
     p.rate = compressed->rate;
     p.rows_per_block = compressed->rows_per_block;
+    p.compressed_block_tables = compressed->tables.tables.data();
+    p.compressed_max_blocks_per_seq = compressed->tables.max_blocks_per_seq;
+    p.compressed_block_size = compressed->tables.block_size;
   }
   if (selected != nullptr) {
     DINFER_CHECK(selected->dtype == DType::kI32 && selected->rows() == tokens);
@@ -164,12 +176,13 @@ void StoreCompressed(const OpContext& ctx, const TensorView& entries,
   const int64_t dim = entries.cols();
   for (size_t t = 0; t < entry_row.size(); ++t) {
     if (entry_row[t] < 0) continue;
-    const int32_t* table = meta.block_tables.data() + meta.token_seq[t] * meta.max_blocks_per_seq;
+    const GroupBlockTables& g = plane.tables;
+    const int32_t* table = g.tables.data() + meta.token_seq[t] * g.max_blocks_per_seq;
     const int64_t w = (meta.positions[t] + 1) / plane.rate - 1;
     const int64_t slot =
-        kc::CompressedSlot(table, meta.block_size, plane.rate, plane.rows_per_block, w);
-    std::memcpy(plane.data + slot * dim, entries.as<float>() + entry_row[t] * dim,
-                sizeof(float) * static_cast<size_t>(dim));
+        kc::CompressedSlot(table, g.block_size, plane.rate, plane.rows_per_block, w);
+    kc::StoreKvRow(plane.data, KvDTypeOf(plane.dtype), slot, dim,
+                   entries.as<float>() + entry_row[t] * dim);
   }
 }
 
@@ -188,13 +201,14 @@ void IndexerTopK(const OpContext& ctx, const TensorView& q, const TensorView& we
   p.head_dim = q.cols() / num_heads;
   p.scale = scale;
   p.keys = keys.data;
+  p.keys_dtype = KvDTypeOf(keys.dtype);
   p.rate = keys.rate;
   p.rows_per_block = keys.rows_per_block;
   p.token_seq = meta.token_seq.data();
   p.q_pos = meta.positions.data();
-  p.block_tables = meta.block_tables.data();
-  p.max_blocks_per_seq = meta.max_blocks_per_seq;
-  p.block_size = meta.block_size;
+  p.block_tables = keys.tables.tables.data();
+  p.max_blocks_per_seq = keys.tables.max_blocks_per_seq;
+  p.block_size = keys.tables.block_size;
   p.topk = selected.cols();
   p.selected = selected.as<int32_t>();
   p.pool = ctx.pool;

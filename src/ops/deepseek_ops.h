@@ -12,12 +12,19 @@
 
 namespace dinfer::ops {
 
-// A paged plane of compressed entries of a compressor of rate `rate`.
+// A paged plane of compressed entries of a compressor of rate `rate`, in its KV group's tables.
 struct CompressedPlane {
-  float* data = nullptr;  // [num_blocks, rows_per_block, width]
+  void* data = nullptr;  // [num_blocks, rows_per_block, width] of dtype (f32 or bf16)
+  DType dtype = DType::kF32;
   int64_t rate = 0, rows_per_block = 0;
+  GroupBlockTables tables;
 };
 
+// Tokens per block of a compressed group of rate `rate` when window keys come in blocks of
+// block_size tokens: CompressedRowsPerBlock entries, max(block_size, rate) when the two nest.
+inline int64_t CompressedBlockTokens(int64_t block_size, int64_t rate) {
+  return rate * std::max<int64_t>(1, block_size / rate);
+}
 // Rows per block of a compressed plane for blocks of block_size tokens.
 inline int64_t CompressedRowsPerBlock(int64_t block_size, int64_t rate) {
   return std::max<int64_t>(1, block_size / rate);
@@ -48,11 +55,12 @@ struct SparseAttentionOptions {
   float scale = 1.0f;
   const float* sinks = nullptr;  // [num_heads]
 };
-// Writes kv ([tokens, head_dim]) as the tokens' window keys, then attends q [tokens, heads *
+// Writes kv ([tokens, head_dim]) as the tokens' window keys (window_plane's rows are f32 or bf16,
+// rounded), then attends q [tokens, heads *
 // head_dim] over each token's window and compressed entries: `selected` [tokens, k] ids (null:
 // every complete entry). out [tokens, heads * head_dim].
 void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& kv,
-                     float* window_plane, const CompressedPlane* compressed,
+                     void* window_plane, DType window_dtype, const CompressedPlane* compressed,
                      const TensorView* selected, const AttentionMetadata& meta,
                      const SparseAttentionOptions& opt, const TensorView& out);
 
@@ -64,7 +72,7 @@ void Compress(const OpContext& ctx, const TensorView& kv, const TensorView& gate
               const TensorView& entries);
 
 // Writes compressed entries (rows of `entries`, completed by the tokens with entry_row >= 0) into
-// their slots of `plane`.
+// their slots of `plane` (rounded to bf16 when the plane is bf16).
 void StoreCompressed(const OpContext& ctx, const TensorView& entries,
                      std::span<const int32_t> entry_row, const CompressedPlane& plane,
                      const AttentionMetadata& meta);

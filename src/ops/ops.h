@@ -51,13 +51,27 @@ namespace dinfer::ops {
 
 // Where each token of a forward pass sits in the paged KV cache. Built once per step (the "plan"),
 // shared by every attention layer (the "run").
+// One KV group's block tables for the batch.
+struct GroupBlockTables {
+  std::span<const int32_t> tables;  // [num_seqs, max_blocks_per_seq]
+  int64_t max_blocks_per_seq = 0;
+  int64_t block_size = 0;  // tokens per block
+};
+
 struct AttentionMetadata {
   std::span<const int32_t> token_seq;     // per token: sequence index in the batch
   std::span<const int32_t> positions;     // per token: absolute position
   std::span<const int64_t> slot_mapping;  // per token: KV slot (block * block_size + offset)
-  std::span<const int32_t> block_tables;  // [num_seqs, max_blocks_per_seq]
+  std::span<const int32_t> block_tables;  // [num_seqs, max_blocks_per_seq] of KV group 0
   int64_t max_blocks_per_seq = 0;
   int64_t block_size = 0;
+  // Every KV group's tables, group 0's first (the same as above); empty for one-group models.
+  std::span<const GroupBlockTables> groups;
+
+  GroupBlockTables group(int64_t g) const {
+    if (g == 0 || groups.empty()) return {block_tables, max_blocks_per_seq, block_size};
+    return groups[static_cast<size_t>(g)];
+  }
 };
 
 // One layer's paged KV storage: [num_blocks, block_size, kv_heads * head_dim] f32 for K and V.

@@ -16,9 +16,28 @@ class GpuRunner {};  // this build has no CUDA backend
 
 namespace {
 
+// The CPU KV layout as the options store it: the model's own when the dtype they ask for does not
+// apply to it (ModelRunner reports why).
+KvLayout CpuKvLayout(const Model& model, const RunnerOptions& o) {
+  KvLayout layout = model.KvLayoutFor(o.block_size);
+  StatusOr<KvLayout> stored = ApplyKvCacheDType(layout, o.kv_cache_dtype, model.config().arch);
+  return stored.ok() ? std::move(*stored) : layout;
+}
+
 int64_t BlocksFor(const RunnerOptions& o) {
   if (o.num_blocks > 0) return o.num_blocks;
   return (o.max_seq_len + o.block_size - 1) / o.block_size;
+}
+
+std::vector<int64_t> GroupBlocks(const RunnerOptions& o, size_t num_groups) {
+  if (!o.group_num_blocks.empty()) return o.group_num_blocks;
+  return std::vector<int64_t>(num_groups, BlocksFor(o));
+}
+
+// Blocks of a group holding rows of a sequence's first n tokens.
+int64_t GroupBlocksFor(const KvGroup& g, int64_t n) {
+  const int64_t rows = n / g.entry_rate, per_block = g.block_size / g.entry_rate;
+  return (rows + per_block - 1) / per_block;
 }
 
 StatusOr<std::unique_ptr<GpuRunner>> MakeGpuRunner(const Model& model, const RunnerOptions& o) {
@@ -38,7 +57,10 @@ StatusOr<std::unique_ptr<GpuRunner>> MakeGpuRunner(const Model& model, const Run
   g.max_seq_len = o.max_seq_len;
   g.max_num_tokens = o.max_num_tokens;
   g.max_num_seqs = o.max_num_seqs;
-  g.kv_cache_dtype = o.kv_cache_dtype;
+  if (o.kv_cache_dtype == KvCacheDType::kF32) {
+    return InvalidArgument("the CUDA KV cache is bf16 or fp8, not f32");
+  }
+  g.kv_cache_dtype = o.kv_cache_dtype == KvCacheDType::kFp8 ? DType::kF8E4M3 : DType::kBF16;
   g.kv_scale = o.kv_scale;
   return GpuRunner::Create(std::move(gpu_model), g);
 #else
@@ -54,17 +76,6 @@ bool ModelRunner::CudaAvailable() {
 #else
   return false;
 #endif
-}
-
-StatusOr<DType> ModelRunner::ParseKvCacheDtype(std::string_view name, Device device) {
-  if (name == "auto" || name == "bf16") return DType::kBF16;
-  if (name == "fp8" || name == "fp8_e4m3") {
-    if (device != Device::kCuda) {
-      return InvalidArgument("an FP8 KV cache needs the CUDA runner (--device cuda)");
-    }
-    return DType::kF8E4M3;
-  }
-  return InvalidArgument("KV cache dtype '{}': use auto, bf16 or fp8", name);
 }
 
 Status ModelRunner::CheckQuantization(std::string_view name, Device device) {
@@ -83,12 +94,16 @@ StatusOr<Device> ModelRunner::ParseDevice(std::string_view name) {
   return InvalidArgument("device '{}': use cpu, cuda or auto", name);
 }
 
-int64_t ModelRunner::KvBytesPerBlock(const Model& model, const RunnerOptions& o) {
-  if (o.device == Device::kCpu) return KvStorage::BytesPerBlock(model.KvLayoutFor(o.block_size));
+std::vector<int64_t> ModelRunner::KvBytesPerBlock(const Model& model, const RunnerOptions& o) {
+  if (o.device == Device::kCpu) {
+    return KvStorage::GroupBytesPerBlock(
+        CpuKvLayout(model, o), static_cast<int64_t>(model.KvGroupsFor(o.block_size).size()));
+  }
   const ModelConfig& c = model.config();
-  const int64_t elem =
-      o.kv_cache_dtype == DType::kF8E4M3 ? 1 : (o.cuda_dtype == DType::kBF16 ? 2 : 4);
-  return 2 * c.num_layers * o.block_size * c.num_kv_heads * c.head_dim * elem;
+  const int64_t elem = o.kv_cache_dtype == KvCacheDType::kFp8 ? 1
+                       : o.cuda_dtype == DType::kBF16         ? 2
+                                                              : 4;
+  return {2 * c.num_layers * o.block_size * c.num_kv_heads * c.head_dim * elem};
 }
 
 ModelRunner::ModelRunner(Model& model, const RunnerOptions& options)
@@ -96,12 +111,25 @@ ModelRunner::ModelRunner(Model& model, const RunnerOptions& options)
       f32_activations_(options.f32_activations),
       device_(options.device),
       block_size_(options.block_size),
-      num_blocks_(BlocksFor(options)),
+      num_blocks_(options.group_num_blocks.empty() ? BlocksFor(options)
+                                                   : options.group_num_blocks[0]),
       pool_(options.device == Device::kCpu
                 ? (options.threads > 0 ? options.threads : DefaultThreadCount())
                 : 1),
-      kv_(options.device == Device::kCpu ? model.KvLayoutFor(options.block_size) : KvLayout{},
-          num_blocks_, options.block_size) {
+      groups_(model.KvGroupsFor(options.block_size)),
+      kv_(options.device == Device::kCpu ? CpuKvLayout(model, options) : KvLayout{},
+          GroupBlocks(options, groups_.size()), options.block_size) {
+  if (device_ == Device::kCpu) {
+    status_ = ApplyKvCacheDType(model.KvLayoutFor(block_size_), options.kv_cache_dtype,
+                                model.config().arch)
+                  .status();
+    if (!status_.ok()) return;
+  }
+  if (device_ == Device::kCuda && groups_.size() > 1) {
+    status_ = Unimplemented("the CUDA runner has one KV group; '{}' has {}", model.config().arch,
+                            groups_.size());
+    return;
+  }
   if (device_ == Device::kCuda) {
     auto gpu = MakeGpuRunner(model, options);
     if (gpu.ok()) {
@@ -120,6 +148,26 @@ StatusOr<TensorView> ModelRunner::Execute(std::span<const SeqChunk> chunks) {
   if (gpu_ != nullptr) return gpu_->Execute(chunks);
 #endif
   return Run(chunks, false);
+}
+
+bool ModelRunner::SupportsDeviceSampling() const {
+  return status_.ok() && gpu_ != nullptr && model_.config().vocab_size <= kMaxDeviceSampleVocab;
+}
+
+StatusOr<DeviceSampleOutput> ModelRunner::ExecuteAndSample(
+    std::span<const SeqChunk> chunks, const std::function<Status(DeviceSampleBatch&)>& prepare) {
+  if (!status_.ok()) return status_;
+#ifdef DINFER_WITH_CUDA
+  if (gpu_ != nullptr) {
+    DINFER_RETURN_IF_ERROR(gpu_->Launch(chunks));
+    sample_batch_.Clear();
+    DINFER_RETURN_IF_ERROR(prepare(sample_batch_));
+    return gpu_->Sample(sample_batch_);
+  }
+#endif
+  (void)chunks;
+  (void)prepare;
+  return Unimplemented("sampling on the device needs a CUDA runner");
 }
 
 StatusOr<TensorView> ModelRunner::ExecuteDraft(std::span<const SeqChunk> chunks) {
@@ -180,6 +228,44 @@ StatusOr<ForwardInput> ModelRunner::Prepare(std::span<const SeqChunk> chunks) {
     block_tables_.resize(base + max_blocks, 0);
     std::copy(c.block_table.begin(), c.block_table.end(), block_tables_.begin() + base);
   }
+  // The other KV groups' tables, checked and padded the same way.
+  const size_t num_groups = groups_.size();
+  group_block_tables_.resize(num_groups);
+  group_meta_.clear();
+  if (num_groups > 1) {
+    group_meta_.push_back({block_tables_, static_cast<int64_t>(max_blocks), bs});
+  }
+  for (size_t g = 1; g < num_groups; ++g) {
+    auto table_of = [&](const SeqChunk& c) {
+      return c.group_tables.empty() ? c.block_table : c.group_tables[g - 1];
+    };
+    size_t width = 1;
+    for (const auto& c : chunks) {
+      if (!c.group_tables.empty() && c.group_tables.size() + 1 != num_groups) {
+        return InvalidArgument("a chunk has {} KV group tables; the model has {} groups",
+                               c.group_tables.size() + 1, num_groups);
+      }
+      width = std::max(width, table_of(c).size());
+    }
+    std::vector<int32_t>& tables = group_block_tables_[g];
+    tables.assign(chunks.size() * width, 0);
+    for (size_t s = 0; s < chunks.size(); ++s) {
+      const SeqChunk& c = chunks[s];
+      const std::span<const int32_t> table = table_of(c);
+      const int64_t end = c.start_pos + static_cast<int64_t>(c.tokens.size());
+      if (static_cast<int64_t>(table.size()) < GroupBlocksFor(groups_[g], end)) {
+        return InvalidArgument("sequence {} needs {} blocks of KV group '{}' but has {}", s,
+                               GroupBlocksFor(groups_[g], end), groups_[g].name, table.size());
+      }
+      for (int32_t b : table) {
+        if (b < 0 || b >= kv_.num_blocks(static_cast<int64_t>(g))) {
+          return InvalidArgument("block id {} of KV group '{}' out of range", b, groups_[g].name);
+        }
+      }
+      std::copy(table.begin(), table.end(), tables.begin() + static_cast<int64_t>(s * width));
+    }
+    group_meta_.push_back({tables, static_cast<int64_t>(width), groups_[g].block_size});
+  }
   ForwardInput in;
   in.tokens = tokens_;
   in.logits_rows = logits_rows_;
@@ -189,6 +275,7 @@ StatusOr<ForwardInput> ModelRunner::Prepare(std::span<const SeqChunk> chunks) {
   in.meta.block_tables = block_tables_;
   in.meta.max_blocks_per_seq = static_cast<int64_t>(max_blocks);
   in.meta.block_size = bs;
+  in.meta.groups = group_meta_;
   return in;
 }
 

@@ -14,6 +14,9 @@ struct SeqChunk {
   std::span<const int32_t> block_table;  // blocks covering positions [0, start_pos + tokens.size())
   // Which logits to return: none, the last token's (to sample the next token), or every token's.
   enum class Logits { kNone, kLast, kAll } logits = Logits::kLast;
+  // Models with several KV groups: the block tables of groups 1, 2, ... (group 0's is
+  // block_table). Empty: block_table serves every group (block ids of each group's own pool).
+  std::span<const std::span<const int32_t>> group_tables = {};
 };
 
 }  // namespace dinfer

@@ -84,11 +84,19 @@ class Sampler {
   uint64_t steps() const { return steps_; }                 // draws so far
   int64_t num_generated() const { return num_generated_; }  // tokens accepted so far
 
- private:
+  // For a draw made elsewhere (on a GPU) from this sampler's state: returns the random step it
+  // uses and counts it, as Sample() would.
+  uint64_t AdvanceStep() { return steps_++; }
+  // The state ProcessLogits reads besides the parameters: the tokens the penalties apply to.
   struct Seen {
     int32_t count = 0;  // times generated
     bool in_prompt = false;
   };
+  const std::unordered_map<int32_t, Seen>& seen() const { return seen_; }
+  // Whether ProcessLogits bans the stop tokens (min_tokens not reached yet).
+  bool BansStopTokens() const { return num_generated_ < params_.min_tokens; }
+
+ private:
   bool NeedsProcessing() const;
   int32_t Draw(std::span<const float> logits);
   int32_t DrawFromDistribution(std::span<const float> logits, uint64_t step);

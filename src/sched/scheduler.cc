@@ -7,8 +7,6 @@ namespace {
 
 constexpr int64_t kMaxStepTokens = 32768;
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& kv)
@@ -33,12 +31,8 @@ Status Scheduler::Add(SchedRequest r) {
         "request {}: prompt ({} tokens) + max tokens ({}) exceed the model length of {} tokens",
         r.id, r.num_tokens(), r.max_new_tokens, config_.max_model_len);
   }
-  const int64_t blocks = CeilDiv(total, kv_.spec().block_size);
-  const int64_t capacity = kv_.Stats().total;
-  if (kv_.spec().sliding_window == 0 && blocks > capacity) {
-    return MakeError(StatusCode::kResourceExhausted,
-                     "request {}: needs {} KV blocks for {} tokens but the cache holds {} blocks",
-                     r.id, blocks, total, capacity);
+  if (Status fits = kv_.CheckCanEverHold(total); !fits.ok()) {
+    return MakeError(StatusCode::kResourceExhausted, "request {}: {}", r.id, fits.message());
   }
   r.num_prompt_tokens = r.num_tokens();
   r.arrival = next_arrival_++;
@@ -209,7 +203,7 @@ void Scheduler::OnStepDone(const StepPlan& plan) {
     while (known > 0 && r.tokens[static_cast<size_t>(known - 1)] == kPlaceholderToken) --known;
     kv_.CommitComputed(r.id, r.tokens, known);
     r.num_done_tokens = known;
-    if (kv_.spec().sliding_window > 0) kv_.ReleaseOutsideWindow(r.id, r.num_computed_tokens);
+    kv_.ReleaseOutsideWindow(r.id, r.num_computed_tokens);
     if (r.num_generated() >= r.max_new_tokens && !r.has_placeholder()) {
       Finish(r.id, FinishReason::kLength);
     }

@@ -7,6 +7,7 @@
 
 #include "base/logging.h"
 #include "server/protocol/encoder.h"
+#include "server/protocol/fields.h"
 #include "server/protocol/output_pipeline.h"
 
 namespace dinfer::server {
@@ -382,6 +383,7 @@ void StartGeneration(std::shared_ptr<const ServingContext> ctx, GenerationReques
   std::vector<RequestSpec> specs;
   std::vector<int64_t> sizes;
   std::vector<output::OutputFormat> formats;
+  std::string constraint_param = req.structured_param;  // named when the engine refuses it
   for (PreparedPrompt& prompt : *prompts) {
     std::vector<int32_t>& ids = prompt.ids;
     const auto n = static_cast<int64_t>(ids.size());
@@ -406,10 +408,16 @@ void StartGeneration(std::shared_ptr<const ServingContext> ctx, GenerationReques
     spec.sampling.top_k = req.top_k.value_or(ctx->info.top_k);
     spec.sampling.max_tokens = req.max_tokens.value_or(max_len - n);
     spec.sampling.logprobs = req.logprobs ? req.top_logprobs : -1;
+    formats.push_back(OutputFormatFor(*ctx, req, prompt));
+    // Strict tools, tool_choice auto: calls the model writes are constrained, text stays free.
+    if (req.structured_param.empty() && req.tool_choice.mode == ToolChoice::Mode::kAuto &&
+        formats.back().tools == output::ToolCallFormat::kHermes && HasStrictTool(req.tools)) {
+      spec.sampling.structured = {"structural_tag", HermesToolCallTag(req.tools), {}, 16};
+      constraint_param = "tools";
+    }
     spec.prompt_ids = std::move(ids);
     sizes.push_back(n);
     specs.push_back(std::move(spec));
-    formats.push_back(OutputFormatFor(*ctx, req, prompt));
   }
   if (req.echo) {
     for (size_t i = 0; i < req.prompts.size(); ++i) {
@@ -421,7 +429,7 @@ void StartGeneration(std::shared_ptr<const ServingContext> ctx, GenerationReques
     auto stream = engine.Submit(spec);
     if (!stream.ok()) {
       for (const auto& s : streams) engine.Abort(s->id());
-      return fail(FromStatus(stream.status(), req.structured_param));
+      return fail(FromStatus(stream.status(), constraint_param));
     }
     streams.push_back(std::move(stream).value());
   }

@@ -4,6 +4,7 @@
 
 #include "structured/ebnf.h"
 #include "structured/regex.h"
+#include "structured/structural_tag.h"
 
 namespace dinfer::structured {
 
@@ -13,8 +14,10 @@ StatusOr<ConstraintKind> ParseConstraintKind(std::string_view name) {
   if (name == "regex") return ConstraintKind::kRegex;
   if (name == "grammar" || name == "ebnf" || name == "gbnf") return ConstraintKind::kGrammar;
   if (name == "choice") return ConstraintKind::kChoice;
+  if (name == "structural_tag") return ConstraintKind::kStructuralTag;
   return InvalidArgument(
-      "unknown structured output type '{}' (json_schema, json_object, regex, grammar or choice)",
+      "unknown structured output type '{}' (json_schema, json_object, regex, grammar, choice or "
+      "structural_tag)",
       name);
 }
 
@@ -30,6 +33,8 @@ std::string_view ConstraintKindName(ConstraintKind kind) {
       return "grammar";
     case ConstraintKind::kChoice:
       return "choice";
+    case ConstraintKind::kStructuralTag:
+      return "structural_tag";
   }
   return "";
 }
@@ -52,6 +57,10 @@ StatusOr<Grammar> BuildGrammar(const Constraint& c) {
       if (c.choices.empty())
         return InvalidArgument("a choice constraint needs at least one choice");
       return ChoiceGrammar(c.choices);
+    case ConstraintKind::kStructuralTag: {
+      DINFER_ASSIGN_OR_RETURN(StructuralTag tag, ParseStructuralTag(c.text));
+      return StructuralTagToGrammar(tag, c.json);
+    }
   }
   return InvalidArgument("unknown constraint kind");
 }

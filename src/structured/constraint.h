@@ -12,16 +12,24 @@
 
 namespace dinfer::structured {
 
-enum class ConstraintKind { kJsonSchema, kJsonObject, kRegex, kGrammar, kChoice };
+enum class ConstraintKind {
+  kJsonSchema,
+  kJsonObject,
+  kRegex,
+  kGrammar,
+  kChoice,
+  kStructuralTag,  // free text with tagged JSON structures after triggers (structural_tag.h)
+};
 
 struct Constraint {
   ConstraintKind kind = ConstraintKind::kJsonSchema;
-  std::string text;                  // the schema, regex or grammar
+  std::string text;                  // the schema, regex, grammar or structural tag (JSON)
   std::vector<std::string> choices;  // kChoice
   JsonSchemaOptions json;            // kJsonSchema and kJsonObject
 };
 
-// "json_schema", "json_object", "regex", "grammar", "choice"; nullopt-like error otherwise.
+// "json_schema", "json_object", "regex", "grammar", "choice", "structural_tag"; an error
+// otherwise.
 StatusOr<ConstraintKind> ParseConstraintKind(std::string_view name);
 std::string_view ConstraintKindName(ConstraintKind kind);
 

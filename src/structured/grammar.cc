@@ -196,6 +196,24 @@ RuleId Grammar::DefineRule(std::string name, ExprId body) {
   return id;
 }
 
+RuleId Grammar::Import(const Grammar& other, std::string_view prefix) {
+  const auto expr_offset = static_cast<ExprId>(exprs_.size());
+  const auto rule_offset = static_cast<RuleId>(rules_.size());
+  for (const Expr& e : other.exprs_) {
+    Expr copy = e;
+    for (ExprId& kid : copy.kids) kid += expr_offset;
+    if (copy.rule >= 0) copy.rule += rule_offset;
+    exprs_.push_back(std::move(copy));
+  }
+  for (const Rule& r : other.rules_) {
+    Rule copy = r;
+    copy.name = std::string(prefix) + r.name;
+    if (copy.body >= 0) copy.body += expr_offset;
+    rules_.push_back(std::move(copy));
+  }
+  return other.root_ + rule_offset;
+}
+
 namespace {
 
 std::string RangeText(uint32_t lo, uint32_t hi, bool bytes) {

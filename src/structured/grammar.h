@@ -129,6 +129,9 @@ class Grammar {
   void SetCounted(RuleId rule, uint32_t min_count, uint32_t max_count);
   // Declares and defines a rule in one call.
   RuleId DefineRule(std::string name, ExprId body);
+  // Copies every rule and expression of `other` into this grammar (rule names get `prefix`);
+  // returns the id here of other's root rule.
+  RuleId Import(const Grammar& other, std::string_view prefix);
 
   void set_root(RuleId rule) { root_ = rule; }
   RuleId root() const { return root_; }

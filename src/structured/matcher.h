@@ -37,7 +37,7 @@ class Matcher {
   // text ends complete instead of cut off; as the budget runs out, only the shortest completion
   // is left. Where no such token exists the plain mask is kept.
   void FillNextTokenBitmask(uint32_t* bitmask, int64_t remaining_tokens);
-  static constexpr int64_t kFinishWindow = 64;
+  static constexpr int64_t kFinishWindow = 16;
   // Fewest bytes that complete the text from here (0 when it is complete).
   uint64_t CompletionBytes() const { return Distance(history_.back().cfg); }
   // Undoes the last `steps` AcceptToken/AcceptBytes calls; false if fewer were made.

@@ -65,54 +65,74 @@ TEST(SparseAttentionTest, MatchesReference) {
   const int64_t heads = 8, d = 64, window = 5, bs = 4;
   for (int64_t rate : {2, 8}) {
     for (bool indexed : {false, true}) {
-      const Batch b(bs, {0, 3}, {19, 11});
-      const int64_t rpb = std::max<int64_t>(1, bs / rate);
-      const auto q = Random(b.tokens() * heads * d, 1);
-      const auto window_kv = Random(b.num_blocks * bs * d, 2);
-      const auto compressed = Random(b.num_blocks * rpb * d, 3);
-      const auto sinks = Random(heads, 4);
-      const int64_t k = 3;
-      std::vector<int32_t> selected(b.tokens() * k);
-      std::mt19937 rng(6);
-      for (int64_t t = 0; t < b.tokens(); ++t) {
-        const int64_t valid = (b.positions[t] + 1) / rate;
-        for (int64_t i = 0; i < k; ++i) {
-          selected[t * k + i] = i < valid ? static_cast<int32_t>(rng() % valid) : -1;
+      for (bool bf16 : {false, true}) {
+        const Batch b(bs, {0, 3}, {19, 11});
+        const int64_t rpb = std::max<int64_t>(1, bs / rate);
+        const auto q = Random(b.tokens() * heads * d, 1);
+        auto window_kv = Random(b.num_blocks * bs * d, 2);
+        auto compressed = Random(b.num_blocks * rpb * d, 3);
+        // bf16 planes: the reference reads the same values widened to f32.
+        std::vector<uint16_t> window_bf16(window_kv.size()), compressed_bf16(compressed.size());
+        if (bf16) {
+          for (size_t i = 0; i < window_kv.size(); ++i) {
+            window_bf16[i] = F32ToBf16(window_kv[i]);
+            window_kv[i] = Bf16ToF32(window_bf16[i]);
+          }
+          for (size_t i = 0; i < compressed.size(); ++i) {
+            compressed_bf16[i] = F32ToBf16(compressed[i]);
+            compressed[i] = Bf16ToF32(compressed_bf16[i]);
+          }
         }
-      }
-      SparseAttentionParams p;
-      p.q = q.data();
-      p.q_stride = heads * d;
-      p.out_stride = heads * d;
-      p.num_tokens = b.tokens();
-      p.num_heads = heads;
-      p.head_dim = d;
-      p.scale = 0.125f;
-      p.sinks = sinks.data();
-      p.token_seq = b.token_seq.data();
-      p.q_pos = b.positions.data();
-      p.block_tables = b.tables.data();
-      p.max_blocks_per_seq = b.max_blocks;
-      p.block_size = bs;
-      p.window_kv = window_kv.data();
-      p.window = window;
-      p.compressed = compressed.data();
-      p.rate = rate;
-      p.rows_per_block = rpb;
-      if (indexed) {
-        p.selected = selected.data();
-        p.num_selected = k;
-      }
-      std::vector<float> want(b.tokens() * heads * d), got(want.size());
-      p.out = want.data();
-      SparseAttentionReference(p);
-      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &Pool()}) {
-        SCOPED_TRACE("rate " + std::to_string(rate) + (indexed ? " indexed" : "") +
-                     (pool ? " pool" : ""));
-        p.out = got.data();
-        p.pool = pool;
-        SparseAttention(p);
-        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-6) << i;
+        const auto sinks = Random(heads, 4);
+        const int64_t k = 3;
+        std::vector<int32_t> selected(b.tokens() * k);
+        std::mt19937 rng(6);
+        for (int64_t t = 0; t < b.tokens(); ++t) {
+          const int64_t valid = (b.positions[t] + 1) / rate;
+          for (int64_t i = 0; i < k; ++i) {
+            selected[t * k + i] = i < valid ? static_cast<int32_t>(rng() % valid) : -1;
+          }
+        }
+        SparseAttentionParams p;
+        p.q = q.data();
+        p.q_stride = heads * d;
+        p.out_stride = heads * d;
+        p.num_tokens = b.tokens();
+        p.num_heads = heads;
+        p.head_dim = d;
+        p.scale = 0.125f;
+        p.sinks = sinks.data();
+        p.token_seq = b.token_seq.data();
+        p.q_pos = b.positions.data();
+        p.block_tables = b.tables.data();
+        p.max_blocks_per_seq = b.max_blocks;
+        p.block_size = bs;
+        p.window_kv = window_kv.data();
+        p.window = window;
+        p.compressed = compressed.data();
+        p.rate = rate;
+        p.rows_per_block = rpb;
+        if (indexed) {
+          p.selected = selected.data();
+          p.num_selected = k;
+        }
+        std::vector<float> want(b.tokens() * heads * d), got(want.size());
+        p.out = want.data();
+        SparseAttentionReference(p);
+        if (bf16) {
+          p.window_kv = window_bf16.data();
+          p.window_dtype = KvDType::kBF16;
+          p.compressed = compressed_bf16.data();
+          p.compressed_dtype = KvDType::kBF16;
+        }
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &Pool()}) {
+          SCOPED_TRACE("rate " + std::to_string(rate) + (indexed ? " indexed" : "") +
+                       (bf16 ? " bf16" : "") + (pool ? " pool" : ""));
+          p.out = got.data();
+          p.pool = pool;
+          SparseAttention(p);
+          for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-6) << i;
+        }
       }
     }
   }
@@ -242,37 +262,51 @@ TEST(IndexerTest, TopKMatchesReference) {
   const auto q = Random(b.tokens() * heads * d, 21);
   const auto weights = Random(b.tokens() * heads, 22);
   const auto keys = Random(b.num_blocks * rpb * d, 23);
+  // bf16 keys: the reference reads the same values widened to f32.
+  std::vector<uint16_t> keys_bf16(keys.size());
+  std::vector<float> keys_widened(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys_bf16[i] = F32ToBf16(keys[i]);
+    keys_widened[i] = Bf16ToF32(keys_bf16[i]);
+  }
   for (int64_t topk : {1, 3, 16}) {
-    IndexerParams p;
-    p.q = q.data();
-    p.q_stride = heads * d;
-    p.weights = weights.data();
-    p.weights_stride = heads;
-    p.num_tokens = b.tokens();
-    p.num_heads = heads;
-    p.head_dim = d;
-    p.scale = 0.2f;
-    p.keys = keys.data();
-    p.rate = rate;
-    p.rows_per_block = rpb;
-    p.token_seq = b.token_seq.data();
-    p.q_pos = b.positions.data();
-    p.block_tables = b.tables.data();
-    p.max_blocks_per_seq = b.max_blocks;
-    p.block_size = bs;
-    p.topk = topk;
-    std::vector<int32_t> want(b.tokens() * topk), got(want.size());
-    p.selected = want.data();
-    IndexerTopKReference(p);
-    p.selected = got.data();
-    p.pool = &Pool();
-    IndexerTopK(p);
-    for (int64_t t = 0; t < b.tokens(); ++t) {
-      const int64_t valid = (b.positions[t] + 1) / rate;
-      std::multiset<int32_t> g(got.begin() + t * topk, got.begin() + (t + 1) * topk);
-      std::multiset<int32_t> w(want.begin() + t * topk, want.begin() + (t + 1) * topk);
-      ASSERT_EQ(g, w) << "token " << t;
-      EXPECT_EQ(static_cast<int64_t>(g.count(-1)), std::max<int64_t>(0, topk - valid));
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE("topk " + std::to_string(topk) + (bf16 ? " bf16" : ""));
+      IndexerParams p;
+      p.q = q.data();
+      p.q_stride = heads * d;
+      p.weights = weights.data();
+      p.weights_stride = heads;
+      p.num_tokens = b.tokens();
+      p.num_heads = heads;
+      p.head_dim = d;
+      p.scale = 0.2f;
+      p.keys = bf16 ? keys_widened.data() : keys.data();
+      p.rate = rate;
+      p.rows_per_block = rpb;
+      p.token_seq = b.token_seq.data();
+      p.q_pos = b.positions.data();
+      p.block_tables = b.tables.data();
+      p.max_blocks_per_seq = b.max_blocks;
+      p.block_size = bs;
+      p.topk = topk;
+      std::vector<int32_t> want(b.tokens() * topk), got(want.size());
+      p.selected = want.data();
+      IndexerTopKReference(p);
+      if (bf16) {
+        p.keys = keys_bf16.data();
+        p.keys_dtype = KvDType::kBF16;
+      }
+      p.selected = got.data();
+      p.pool = &Pool();
+      IndexerTopK(p);
+      for (int64_t t = 0; t < b.tokens(); ++t) {
+        const int64_t valid = (b.positions[t] + 1) / rate;
+        std::multiset<int32_t> g(got.begin() + t * topk, got.begin() + (t + 1) * topk);
+        std::multiset<int32_t> w(want.begin() + t * topk, want.begin() + (t + 1) * topk);
+        ASSERT_EQ(g, w) << "token " << t;
+        EXPECT_EQ(static_cast<int64_t>(g.count(-1)), std::max<int64_t>(0, topk - valid));
+      }
     }
   }
 }

@@ -238,6 +238,22 @@ def test_responses(oai):
     assert with_items.output_text
 
 
+def test_responses_logprobs_and_text_echo(oai):
+    fmt = {"type": "json_schema", "name": "n", "schema": {"type": "integer"}, "strict": True}
+    r = oai.responses.create(model="default", input=QUESTION, temperature=0, max_output_tokens=6, top_logprobs=2,
+                             text={"format": fmt})
+    part = r.output[0].content[0]
+    assert len(part.logprobs) == r.usage.output_tokens and all(len(lp.top_logprobs) == 2 for lp in part.logprobs)
+    assert "".join(lp.token for lp in part.logprobs) == part.text
+    assert r.text.format.type == "json_schema" and r.top_logprobs == 2
+    events = list(oai.responses.create(model="default", input=QUESTION, temperature=0, max_output_tokens=6,
+                                       top_logprobs=2, text={"format": fmt}, stream=True))
+    streamed = [lp.token for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    done = [e for e in events if e.type == "response.output_text.done"][0]
+    assert [lp.token for lp in done.logprobs] == [lp.token for lp in part.logprobs]
+    assert streamed == [lp.token for lp in part.logprobs][:len(streamed)] and streamed
+
+
 def test_responses_stream(oai):
     full = oai.responses.create(model="default", input=QUESTION, max_output_tokens=12, temperature=0).output_text
     events = list(oai.responses.create(model="default", input=QUESTION, max_output_tokens=12, temperature=0,
@@ -379,6 +395,33 @@ def test_responses_and_messages_tool_calls(tool_server):
         {"role": "assistant", "content": [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}])
     assert after.content[0].type == "text"
+
+
+def test_strict_tools_with_auto_choice(tool_server):
+    """Strict tools, tool_choice auto: text stays free, and a call the model writes follows the schema."""
+    oai = openai.OpenAI(api_key="x", base_url=tool_server.url + "/v1", max_retries=0)
+    strict = {"type": "function", "function": {
+        "name": "get_weather", "strict": True,
+        "parameters": {"type": "object", "properties": {"city": {"enum": ["Oslo", "Rome"]}},
+                       "required": ["city"], "additionalProperties": False}}}
+    # The model copies a call for Paris; the schema only allows Oslo or Rome.
+    r = oai.chat.completions.create(model="default", messages=[{"role": "user", "content": CALL}], tools=[strict],
+                                    temperature=0, max_tokens=40)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls"
+    (call,) = c.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] in ("Oslo", "Rome")
+    # Without a call, the answer is text as before.
+    r = oai.chat.completions.create(model="default", messages=[{"role": "user", "content": QUESTION}],
+                                    tools=[strict], temperature=0, max_tokens=12)
+    assert r.choices[0].message.content and not r.choices[0].message.tool_calls
+    # vLLM's structural tag directly.
+    tag = {"type": "structural_tag", "triggers": ["<b>"],
+           "structures": [{"begin": "<b>", "schema": {"type": "integer"}, "end": "</b>"}]}
+    r = oai.chat.completions.create(model="default", temperature=0, max_tokens=40, response_format=tag,
+                                    messages=[{"role": "user", "content": "Copy exactly: the answer is <b>forty</b>."}])
+    for m in re.finditer(r"<b>(.*?)(</b>|$)", r.choices[0].message.content):
+        assert re.fullmatch(r"-?[0-9]*", m.group(1)), r.choices[0].message.content
 
 
 def test_reasoning(tool_server):

@@ -3,17 +3,21 @@
 // 64-token prompt and 16 greedy decode steps, and the MTP layer's logits against DeepSeek's MTP
 // block built from transformers' modules. The layers mix sliding-window, compressed sparse and
 // heavily compressed attention, hash-routed and score-routed MoE; compression rates 4 and 8 and a
-// 16-token window all matter over 80 tokens. Fixtures:
-// scripts/fixtures/make_deepseek_v4_fixture.py.
+// 16-token window all matter over 80 tokens. Logits are compared with an f32 KV cache, and with
+// the bf16 one V4 uses by default (a looser bound, below); the engine tests run the default.
+// Fixtures: scripts/fixtures/make_deepseek_v4_fixture.py.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include <boost/json.hpp>
 
 #include "base/mapped_file.h"
+#include "dinfer/engine.h"
+#include "engine/cost_profile.h"
 #include "engine/engine_core.h"
 #include "model/loader.h"
 #include "runner/model_runner.h"
@@ -21,8 +25,17 @@
 namespace dinfer {
 namespace {
 
-// As for the dense architectures: float32 throughout, only summation order differs.
+// With an f32 KV cache, as for the dense architectures: float32 throughout, only summation order
+// differs.
 constexpr double kRelTol = 1e-4;
+// With the bf16 KV cache DeepSeek-V4 uses by default, every window key, compressed entry and
+// indexer key is rounded to bf16 (8 significant bits: relative error up to 2^-9 each) and the
+// errors pass through every later layer; the rows' errors are then about 2^-8 (median 0.004 with
+// the f32 and bf16 fixtures, 0.008 with the FP8 one). A few rows move much more (up to 0.14, and
+// 0.48 in the FP8 fixture): a discrete choice near a tie (top-k routing or selection) can flip in
+// these tiny random models. So the bound is on the median row error, 4 * 2^-8: it passes rounding
+// and catches a wrong row or slot, which moves every row by O(1).
+constexpr double kBf16KvMedianRelTol = 4.0 / 256;
 
 struct Fixture {
   std::vector<int32_t> prompt, decode;
@@ -66,10 +79,12 @@ struct Case {
   std::string variant;
   int64_t block_size;
   bool chunked;  // prefill in two chunks, the first ending inside a window
+  KvCacheDType kv = KvCacheDType::kF32;
 };
 
 std::string CaseName(const Case& c) {
-  return c.variant + "_block" + std::to_string(c.block_size) + (c.chunked ? "_chunked" : "");
+  return c.variant + "_block" + std::to_string(c.block_size) + (c.chunked ? "_chunked" : "") +
+         (c.kv == KvCacheDType::kBF16 ? "_bf16kv" : "");
 }
 std::string Name(const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); }
 void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
@@ -95,7 +110,10 @@ TEST_P(DeepseekV4Test, MatchesTransformers) {
   ro.block_size = c.block_size;
   ro.num_blocks = (static_cast<int64_t>(total) + c.block_size - 1) / c.block_size + 1;
   ro.threads = 2;
+  ro.kv_cache_dtype = c.kv;
   ModelRunner runner(*lm->model, ro);
+  const bool bf16_kv = c.kv == KvCacheDType::kBF16;
+  std::vector<double> errors;
   std::vector<int32_t> table(static_cast<size_t>(ro.num_blocks));
   std::iota(table.begin(), table.end(), 0);
   std::reverse(table.begin(), table.end());
@@ -110,7 +128,8 @@ TEST_P(DeepseekV4Test, MatchesTransformers) {
     for (size_t r = 0; r < rows; ++r) {
       const double e = RowRelError(got.as<float>() + r * vocab, want + r * vocab, vocab);
       *w = std::max(*w, e);
-      EXPECT_LE(e, kRelTol) << what << " row " << r;
+      errors.push_back(e);
+      if (!bf16_kv) EXPECT_LE(e, kRelTol) << what << " row " << r;
     }
   };
 
@@ -144,15 +163,23 @@ TEST_P(DeepseekV4Test, MatchesTransformers) {
     ASSERT_TRUE(mtp.ok()) << mtp.status().ToString();
     check(*mtp, mtp_ref + pos * vocab, 1, "MTP decode step " + std::to_string(i), &worst_mtp);
   }
-  std::printf("%s: worst relative logit error %.3g (main, %zu rows), %.3g (MTP, %zu rows)\n",
-              CaseName(c).c_str(), worst, total, worst_mtp, total - 1);
+  std::sort(errors.begin(), errors.end());
+  const double median = errors[errors.size() / 2];
+  if (bf16_kv) EXPECT_LE(median, kBf16KvMedianRelTol);
+  std::printf(
+      "%s: worst relative logit error %.3g (main, %zu rows), %.3g (MTP, %zu rows), median %.3g\n",
+      CaseName(c).c_str(), worst, total, worst_mtp, total - 1, median);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, DeepseekV4Test,
                          ::testing::Values(Case{"deepseek_v4", 16, false},
                                            Case{"deepseek_v4", 4, true},
                                            Case{"deepseek_v4_bf16", 16, false},
-                                           Case{"deepseek_v4_fp8", 16, true}),
+                                           Case{"deepseek_v4_fp8", 16, true},
+                                           Case{"deepseek_v4", 16, false, KvCacheDType::kBF16},
+                                           Case{"deepseek_v4", 4, true, KvCacheDType::kBF16},
+                                           Case{"deepseek_v4_bf16", 16, false, KvCacheDType::kBF16},
+                                           Case{"deepseek_v4_fp8", 16, true, KvCacheDType::kBF16}),
                          Name);
 
 // Two sequences in one batch (one mid-prompt, one from the start) agree with the reference rows.
@@ -167,6 +194,7 @@ TEST(DeepseekV4BatchTest, SequencesInOneBatchMatchTransformers) {
   ro.block_size = 8;
   ro.num_blocks = 24;
   ro.threads = 2;
+  ro.kv_cache_dtype = KvCacheDType::kF32;
   ModelRunner runner(*lm->model, ro);
   std::vector<int32_t> a(8), b(8);
   for (int32_t i = 0; i < 8; ++i) {
@@ -208,6 +236,7 @@ TEST(DeepseekV4SavedTest, CheckpointSavedByTransformersMatches) {
   ro.block_size = 16;
   ro.num_blocks = 6;
   ro.threads = 2;
+  ro.kv_cache_dtype = KvCacheDType::kF32;
   ModelRunner runner(*lm->model, ro);
   const std::vector<int32_t> table = {5, 3, 1, 0, 2, 4};
   SeqChunk prefill{f.prompt, 0, table, SeqChunk::Logits::kAll};
@@ -254,6 +283,214 @@ TEST(DeepseekV4EngineTest, GreedyTokensWithChunkedPrefillAndPrefixCache) {
   }
   // 48 of the second request's 64 prompt tokens came from the cache (whole blocks, one token left).
   EXPECT_EQ(core.Stats().kv.prefix_hits, 48);
+}
+
+// The KV groups: the window keys and compressor states, then one group per compression rate
+// (4 and 8 in the fixture), each paged with its own blocks.
+TEST(DeepseekV4EngineTest, KvGroups) {
+  auto lm = LoadModel(Dir("deepseek_v4"), LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  const std::vector<KvGroup> groups = lm->model->KvGroupsFor(4);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].name, "window");
+  EXPECT_EQ(groups[0].sliding_window, lm->config.sliding_window);
+  EXPECT_EQ(groups[1].name, "compressed/4");
+  EXPECT_EQ(groups[1].block_size, 4);
+  EXPECT_EQ(groups[2].name, "compressed/8");
+  EXPECT_EQ(groups[2].block_size, 8);  // one entry per block
+  EXPECT_EQ(groups[2].entry_rate, 8);
+}
+
+// Several requests at once in a cache too small for all of them: requests are preempted and
+// recomputed (partly from the prefix cache), and each still gives transformers' tokens. The
+// window group's blocks stay bounded by the window while the compressed groups grow with the
+// sequences.
+TEST(DeepseekV4EngineTest, GreedyTokensWithPreemptionAndBoundedWindowBlocks) {
+  const std::string dir = Dir("deepseek_v4");
+  const Fixture f = ReadFixture(dir);
+  auto lm = LoadModel(dir, LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool async = variant % 2 == 0, caching = variant < 2;
+    SCOPED_TRACE(fmt::format("async {} prefix caching {}", async, caching));
+    EngineConfig cfg;
+    cfg.threads = 2;
+    cfg.block_size = 4;
+    // Every group holds 120 tokens (96 with the prefix cache, where the requests share the
+    // prompt's 64): one request (80 tokens) fits, all three do not.
+    cfg.num_kv_blocks = caching ? 25 : 31;
+    cfg.enable_prefix_caching = caching;
+    cfg.async_scheduling = async;
+    cfg.scheduler.max_num_batched_tokens = 19;
+    EngineCore core(*lm->model, cfg);
+    ASSERT_EQ(core.kv().num_groups(), 3);
+    RequestOptions greedy;
+    greedy.sampling.temperature = 0.0;
+    greedy.max_tokens = static_cast<int64_t>(f.decode.size());
+    greedy.ignore_eos = true;
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    for (int64_t id : {1, 2, 3}) ASSERT_TRUE(core.AddRequest(id, f.prompt, greedy).ok());
+    int64_t most_window = 0;
+    while (core.HasWork()) {
+      for (const TokenDelta& d : core.Step()) {
+        tokens[d.request_id].insert(tokens[d.request_id].end(), d.tokens.begin(), d.tokens.end());
+      }
+      ASSERT_TRUE(core.kv().CheckInvariants().ok());
+      most_window = std::max(most_window, core.kv().GroupStats(0).in_use);
+    }
+    for (int64_t id : {1, 2, 3}) EXPECT_EQ(tokens[id], f.decode) << "request " << id;
+    EXPECT_GT(core.Stats().preemptions, 0);
+    if (caching) {
+      EXPECT_GT(core.Stats().kv.prefix_hits, 0);
+    }
+    // Per running request at most window + a chunk + a block either side: far below the 20 blocks
+    // of 4 tokens an 80-token sequence would hold without release.
+    EXPECT_LE(most_window, 3 * ((16 + 19) / 4 + 3));
+  }
+}
+
+// The KV manager and the runner together, with a window group too small to keep the prompt's
+// early window blocks cached: a second request with the same prompt still hits 60 of its 64
+// tokens (the compressed groups' blocks from the start, the window group's only for positions
+// the window still reads, plus the compressor state in its last block) and its logits are
+// transformers'.
+TEST(DeepseekV4EngineTest, PrefixHitNeedsOnlyTheWindowsBlocks) {
+  const std::string dir = Dir("deepseek_v4");
+  const Fixture f = ReadFixture(dir);
+  auto lm = LoadModel(dir, LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  const int64_t vocab = lm->config.vocab_size, bs = 4;
+  const std::vector<KvGroup> groups = lm->model->KvGroupsFor(bs);
+  ASSERT_EQ(groups.size(), 3u);
+  kv::KvCacheSpec spec;
+  spec.num_blocks = 12;  // 11 window blocks: 44 of the prompt's 64 tokens
+  spec.block_size = bs;
+  spec.sliding_window = groups[0].sliding_window;
+  for (size_t g = 1; g < groups.size(); ++g) {
+    spec.extra_groups.push_back({40, groups[g].block_size, 0, groups[g].entry_rate});
+  }
+  kv::KvCacheManager kv(spec);
+  RunnerOptions ro;
+  ro.block_size = bs;
+  ro.threads = 2;
+  ro.group_num_blocks = {12, 40, 40};
+  ro.kv_cache_dtype = KvCacheDType::kF32;
+  ModelRunner runner(*lm->model, ro);
+  const int64_t n = static_cast<int64_t>(f.prompt.size());
+  // Computes the prompt from `start` in chunks of 8, as the scheduler would; returns the last
+  // chunk's logits (every row).
+  auto compute = [&](kv::RequestId id, int64_t start) -> StatusOr<TensorView> {
+    StatusOr<TensorView> logits = Internal("nothing computed");
+    for (int64_t pos = start; pos < n;) {
+      const int64_t end = std::min(n, pos + 8);
+      if (!kv.Allocate(id, end)) return Internal("out of KV blocks at {}", end);
+      std::vector<std::vector<int32_t>> tables;
+      for (int64_t g = 0; g < kv.num_groups(); ++g) {
+        const auto t = kv.BlockTable(id, g);
+        tables.emplace_back(t.begin(), t.end());
+      }
+      const std::vector<std::span<const int32_t>> others(tables.begin() + 1, tables.end());
+      const std::span<const int32_t> tokens(f.prompt.data() + pos, static_cast<size_t>(end - pos));
+      const SeqChunk chunk{tokens, pos, tables[0], SeqChunk::Logits::kAll, others};
+      logits = runner.Execute(std::span(&chunk, 1));
+      DINFER_RETURN_IF_ERROR(logits.status());
+      kv.CommitComputed(id, f.prompt, end);
+      kv.ReleaseOutsideWindow(id, end);
+      DINFER_RETURN_IF_ERROR(kv.CheckInvariants());
+      pos = end;
+    }
+    return logits;
+  };
+  ASSERT_TRUE(kv.Allocate(1, 8, f.prompt, 0, 0));
+  ASSERT_TRUE(compute(1, 0).ok());
+  kv.Free(1);
+  // The first window blocks were evicted to make room for the later ones.
+  EXPECT_EQ(kv.GroupStats(0).cached, 11);
+  const int64_t hit = kv.Match(f.prompt, 0);
+  EXPECT_EQ(hit, 60);
+  ASSERT_TRUE(kv.Allocate(2, hit + 1, f.prompt, 0, hit));
+  ASSERT_EQ(kv.NumCachedTokens(2), hit);
+  EXPECT_EQ(kv.BlockTable(2, 0)[0], kv::kNullBlock);
+  auto logits = compute(2, hit);
+  ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+  ASSERT_EQ(logits->rows(), n - hit);
+  const auto* ref = reinterpret_cast<const float*>(f.logits.data());
+  for (int64_t r = 0; r < n - hit; ++r) {
+    EXPECT_LE(RowRelError(logits->as<float>() + r * vocab, ref + (hit + r) * vocab, vocab), kRelTol)
+        << "row " << hit + r;
+  }
+}
+
+// The step-cost profile runs V4 over every KV group's blocks (groups of different sizes).
+TEST(DeepseekV4EngineTest, CostProfileUsesEveryGroup) {
+  auto lm = LoadModel(Dir("deepseek_v4"), LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  RunnerOptions ro;
+  ro.block_size = 4;
+  ro.threads = 2;
+  ro.group_num_blocks = {40, 20, 10};  // 160 tokens of window keys, 80 of each compressed group
+  ModelRunner runner(*lm->model, ro);
+  ProfileOptions po;
+  po.new_tokens = {1, 8};
+  po.context = {0, 64, 80};
+  po.repetitions = 1;
+  auto samples = MeasureSteps(runner, po);
+  ASSERT_TRUE(samples.ok()) << samples.status().ToString();
+  EXPECT_EQ(samples->size(), 4u);  // nothing past 80 tokens fits
+}
+
+// A long generation: the window group's blocks in use stay constant while the sequence grows.
+TEST(DeepseekV4EngineTest, WindowBlocksAreReleasedAsASequenceGrows) {
+  const std::string dir = Dir("deepseek_v4");
+  const Fixture f = ReadFixture(dir);
+  auto lm = LoadModel(dir, LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  EngineConfig cfg;
+  cfg.threads = 2;
+  cfg.block_size = 4;
+  cfg.num_kv_blocks = 64;
+  cfg.enable_prefix_caching = false;
+  EngineCore core(*lm->model, cfg);
+  RequestOptions opt;
+  opt.sampling.temperature = 0.0;
+  opt.max_tokens = 120;
+  opt.ignore_eos = true;
+  ASSERT_TRUE(core.AddRequest(1, f.prompt, opt).ok());
+  int64_t most_window = 0, most_compressed = 0;
+  while (core.HasWork()) {
+    core.Step();
+    // While decoding (the prompt's step holds its whole chunk).
+    if (core.Stats().generated_tokens > 1) {
+      most_window = std::max(most_window, core.kv().GroupStats(0).in_use);
+    }
+    most_compressed = std::max(most_compressed, core.kv().GroupStats(1).in_use);
+  }
+  // Window 16 in blocks of 4: 5 blocks hold positions n - 15 .. n, one more for the step in
+  // flight; the rate-4 group keeps an entry per 4 tokens of the 183 computed, one per block.
+  EXPECT_LE(most_window, 6);
+  EXPECT_GE(most_compressed, 183 / 4);
+}
+
+// The engine's kv_cache_dtype option: auto, f32 and bf16 for V4; bf16 refused for a dense model,
+// which keeps K and V in f32 on the CPU; an unknown name refused.
+TEST(DeepseekV4EngineTest, KvCacheDTypeOption) {
+  auto create = [](const std::string& variant, const std::string& dtype) {
+    EngineOptions o;
+    o.model = Dir(variant);
+    o.threads = 1;
+    o.kv_cache_mib = 16;
+    o.show_progress = false;
+    o.device = "cpu";
+    o.kv_cache_dtype = dtype;
+    return Engine::Create(o).status();
+  };
+  for (const char* dtype : {"auto", "f32", "bf16"}) {
+    EXPECT_TRUE(create("deepseek_v4", dtype).ok()) << dtype;
+  }
+  EXPECT_TRUE(create("llama", "f32").ok());
+  const Status dense_bf16 = create("llama", "bf16");
+  EXPECT_EQ(dense_bf16.code(), StatusCode::kInvalidArgument) << dense_bf16.ToString();
+  EXPECT_EQ(create("deepseek_v4", "f16").code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -172,9 +172,12 @@ void IndexerScores(const IndexerParams& p, int64_t t, std::vector<Real>* scores)
   const int32_t* table = p.block_tables + p.token_seq[t] * p.max_blocks_per_seq;
   const int64_t valid = (p.q_pos[t] + 1) / p.rate;
   scores->assign(static_cast<size_t>(valid), 0);
+  thread_local std::vector<float> widened;
+  widened.resize(static_cast<size_t>(p.head_dim));
   for (int64_t w = 0; w < valid; ++w) {
-    const float* k =
-        p.keys + CompressedSlot(table, p.block_size, p.rate, p.rows_per_block, w) * p.head_dim;
+    const float* k = KvRow(p.keys, p.keys_dtype,
+                           CompressedSlot(table, p.block_size, p.rate, p.rows_per_block, w),
+                           p.head_dim, widened.data());
     Real score = 0;
     for (int64_t h = 0; h < p.num_heads; ++h) {
       const float* q = p.q + t * p.q_stride + h * p.head_dim;

@@ -5,17 +5,46 @@
 //
 // Paged layout (the model's KV planes): a sequence's tokens live in blocks of block_size tokens
 // (its block table); window keys are one row per token; compressed entries of a compressor of rate
-// r are rows_per_block = max(1, block_size / r) rows per block, entry w in the block of its last
-// token (CompressedSlot), so a block's content depends only on the tokens up to its end and prefix
-// caching can share it. Compressor state is one row per block (CompressorStateWidth).
+// r are rows_per_block = block_size / r rows per block (in their own tables, whose blocks cover
+// max(block_size, r) tokens), entry w in the block of its last token (CompressedSlot), so a
+// block's content depends only on the tokens up to its end and prefix caching can share it.
+// Compressor state is one row per block of the window keys' tables (CompressorStateWidth).
+// Window keys, compressed entries and indexer keys are f32 or bf16 rows (KvDType; bf16 rows are
+// widened to f32 when read); compressor state is f32.
 // Stateless; thread-safe when callers pass disjoint outputs. `pool` may be null (single thread).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
+#include "base/half.h"
 #include "base/thread_pool.h"
 
 namespace dinfer::kernels::cpu {
+
+// Element type of a paged KV row.
+enum class KvDType : uint8_t { kF32, kBF16 };
+
+// Row `row` of a paged plane of `width`-element rows, as f32: the row itself when f32, else
+// widened into `scratch` (width floats).
+inline const float* KvRow(const void* plane, KvDType dtype, int64_t row, int64_t width,
+                          float* scratch) {
+  if (dtype == KvDType::kF32) return static_cast<const float*>(plane) + row * width;
+  const uint16_t* h = static_cast<const uint16_t*>(plane) + row * width;
+  for (int64_t i = 0; i < width; ++i) scratch[i] = Bf16ToF32(h[i]);
+  return scratch;
+}
+
+// Stores `width` floats as row `row` of a paged plane (bf16: rounded to nearest even).
+inline void StoreKvRow(void* plane, KvDType dtype, int64_t row, int64_t width, const float* src) {
+  if (dtype == KvDType::kF32) {
+    std::memcpy(static_cast<float*>(plane) + row * width, src,
+                static_cast<size_t>(width) * sizeof(float));
+    return;
+  }
+  uint16_t* h = static_cast<uint16_t*>(plane) + row * width;
+  for (int64_t i = 0; i < width; ++i) h[i] = F32ToBf16(src[i]);
+}
 
 // Row of compressed entry w (its last token is (w + 1) * rate - 1) in a paged plane.
 inline int64_t CompressedSlot(const int32_t* table, int64_t block_size, int64_t rate,
@@ -42,10 +71,15 @@ struct SparseAttentionParams {
   const int32_t* q_pos = nullptr;
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
   int64_t max_blocks_per_seq = 0, block_size = 0;
-  const float* window_kv = nullptr;  // [num_blocks, block_size, head_dim]
+  const void* window_kv = nullptr;  // [num_blocks, block_size, head_dim]
+  KvDType window_dtype = KvDType::kF32;
   int64_t window = 0;
-  const float* compressed = nullptr;  // [num_blocks, rows_per_block, head_dim]; null: none
+  const void* compressed = nullptr;  // [num_blocks, rows_per_block, head_dim]; null: none
+  KvDType compressed_dtype = KvDType::kF32;
   int64_t rate = 0, rows_per_block = 0;
+  // The compressed entries' own block tables (their KV group); null: block_tables above.
+  const int32_t* compressed_block_tables = nullptr;
+  int64_t compressed_max_blocks_per_seq = 0, compressed_block_size = 0;
   const int32_t* selected = nullptr;  // [tokens, num_selected]
   int64_t num_selected = 0;
   ThreadPool* pool = nullptr;
@@ -96,7 +130,8 @@ struct IndexerParams {
   int64_t weights_stride = 0;
   int64_t num_tokens = 0, num_heads = 0, head_dim = 0;
   float scale = 1.0f;
-  const float* keys = nullptr;  // [num_blocks, rows_per_block, head_dim]
+  const void* keys = nullptr;  // [num_blocks, rows_per_block, head_dim]
+  KvDType keys_dtype = KvDType::kF32;
   int64_t rate = 0, rows_per_block = 0;
   const int32_t* token_seq = nullptr;
   const int32_t* q_pos = nullptr;

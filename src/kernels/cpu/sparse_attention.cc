@@ -27,28 +27,47 @@ DINFER_MULTIVERSION void Axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// The key rows a query token attends: its window, then its compressed entries.
-void GatherKeys(const SparseAttentionParams& p, int64_t t, std::vector<const float*>* keys) {
-  keys->clear();
+// The key rows a query token attends: its window, then its compressed entries; bf16 rows are
+// widened into `widened`.
+void GatherKeys(const SparseAttentionParams& p, int64_t t, std::vector<const float*>* keys,
+                std::vector<float>* widened) {
+  struct Ref {
+    const void* plane;
+    KvDType dtype;
+    int64_t row;
+  };
+  thread_local std::vector<Ref> refs;
+  refs.clear();
   const int32_t* table = p.block_tables + p.token_seq[t] * p.max_blocks_per_seq;
   const int64_t pos = p.q_pos[t];
   for (int64_t j = std::max<int64_t>(0, pos - p.window + 1); j <= pos; ++j) {
     const int64_t slot =
         static_cast<int64_t>(table[j / p.block_size]) * p.block_size + j % p.block_size;
-    keys->push_back(p.window_kv + slot * p.head_dim);
+    refs.push_back({p.window_kv, p.window_dtype, slot});
   }
-  if (p.compressed == nullptr) return;
-  auto add = [&](int64_t w) {
-    keys->push_back(p.compressed +
-                    CompressedSlot(table, p.block_size, p.rate, p.rows_per_block, w) * p.head_dim);
-  };
-  if (p.selected != nullptr) {
-    for (int64_t i = 0; i < p.num_selected; ++i) {
-      const int32_t w = p.selected[t * p.num_selected + i];
-      if (w >= 0) add(w);
+  if (p.compressed != nullptr) {
+    const bool own = p.compressed_block_tables != nullptr;
+    const int32_t* ctable =
+        own ? p.compressed_block_tables + p.token_seq[t] * p.compressed_max_blocks_per_seq : table;
+    const int64_t cbs = own ? p.compressed_block_size : p.block_size;
+    auto add = [&](int64_t w) {
+      refs.push_back({p.compressed, p.compressed_dtype,
+                      CompressedSlot(ctable, cbs, p.rate, p.rows_per_block, w)});
+    };
+    if (p.selected != nullptr) {
+      for (int64_t i = 0; i < p.num_selected; ++i) {
+        const int32_t w = p.selected[t * p.num_selected + i];
+        if (w >= 0) add(w);
+      }
+    } else {
+      for (int64_t w = 0; w < (pos + 1) / p.rate; ++w) add(w);
     }
-  } else {
-    for (int64_t w = 0; w < (pos + 1) / p.rate; ++w) add(w);
+  }
+  const int64_t d = p.head_dim;
+  widened->resize(refs.size() * static_cast<size_t>(d));
+  keys->resize(refs.size());
+  for (size_t j = 0; j < refs.size(); ++j) {
+    (*keys)[j] = KvRow(refs[j].plane, refs[j].dtype, refs[j].row, d, widened->data() + j * d);
   }
 }
 
@@ -67,8 +86,8 @@ void SparseAttention(const SparseAttentionParams& p) {
   auto run = [&](int64_t task) {
     const int64_t t = task / groups, h0 = task % groups * heads_per_task;
     thread_local std::vector<const float*> keys;
-    thread_local std::vector<float> scores;
-    GatherKeys(p, t, &keys);
+    thread_local std::vector<float> scores, widened;
+    GatherKeys(p, t, &keys, &widened);
     const int64_t n = static_cast<int64_t>(keys.size());
     scores.resize(static_cast<size_t>(n));
     for (int64_t h = h0; h < h0 + heads_per_task; ++h) {
@@ -100,8 +119,9 @@ void SparseAttention(const SparseAttentionParams& p) {
 
 void SparseAttentionReference(const SparseAttentionParams& p) {
   std::vector<const float*> keys;
+  std::vector<float> widened;
   for (int64_t t = 0; t < p.num_tokens; ++t) {
-    GatherKeys(p, t, &keys);
+    GatherKeys(p, t, &keys, &widened);
     for (int64_t h = 0; h < p.num_heads; ++h) {
       const float* q = p.q + t * p.q_stride + h * p.head_dim;
       std::vector<double> s(keys.size());

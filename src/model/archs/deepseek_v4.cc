@@ -115,6 +115,10 @@ KvLayout DeepseekV4Model::KvLayoutFor(int64_t block_size) const {
   return layout;
 }
 
+std::vector<KvGroup> DeepseekV4Model::KvGroupsFor(int64_t block_size) const {
+  return layers::DeepseekV4KvGroups(config_, block_size);
+}
+
 StatusOr<TensorView> DeepseekV4Model::RunBlock(const ops::OpContext& ctx, const Block& block,
                                                int64_t layer, const TensorView& streams,
                                                std::span<const int32_t> tokens,
@@ -126,15 +130,23 @@ StatusOr<TensorView> DeepseekV4Model::RunBlock(const ops::OpContext& ctx, const 
   const int64_t num_planes = kind == V4Attention::kSliding             ? 1
                              : kind == V4Attention::kHeavilyCompressed ? 3
                                                                        : 5;
-  std::vector<float*> planes;
-  for (int64_t j = 0; j < num_planes; ++j) planes.push_back(kv.plane(layer, j));
+  const std::vector<KvPlane> layout = layers::DeepseekV4LayerPlanes(config_, kind, kv.block_size());
+  std::vector<void*> planes;
+  std::vector<DType> dtypes;
+  std::vector<int32_t> groups;
+  for (int64_t j = 0; j < num_planes; ++j) {
+    planes.push_back(kv.plane(layer, j));
+    dtypes.push_back(kv.plane_dtype(layer, j));
+    groups.push_back(layout[static_cast<size_t>(j)].group);
+  }
   TensorView collapsed = ws_.Get(kCollapsed, n, h), normed = ws_.Get(kNormed, n, h);
   TensorView branch = ws_.Get(kBranch, n, h);
   // After attention the streams live in a second buffer; after the MoE they return to `streams`.
   TensorView mid = ws_.Get(kStreamsB, n, streams.cols());
   DINFER_RETURN_IF_ERROR(block.attn_hc.Pre(ctx, streams, ws_, collapsed));
   ops::RmsNorm(ctx, collapsed, block.attn_norm, eps, normed);
-  DINFER_RETURN_IF_ERROR(block.attn.Forward(ctx, normed, planes, meta, rope_, ws_, branch));
+  DINFER_RETURN_IF_ERROR(
+      block.attn.Forward(ctx, normed, planes, dtypes, groups, meta, rope_, ws_, branch));
   block.attn_hc.Post(ctx, streams, branch, ws_, mid);
   DINFER_RETURN_IF_ERROR(block.ffn_hc.Pre(ctx, mid, ws_, collapsed));
   ops::RmsNorm(ctx, collapsed, block.ffn_norm, eps, normed);

@@ -22,6 +22,7 @@ class DeepseekV4Model final : public Model {
                                                           WeightSource& weights);
 
   KvLayout KvLayoutFor(int64_t block_size) const override;
+  std::vector<KvGroup> KvGroupsFor(int64_t block_size) const override;
   Status Forward(const ops::OpContext& ctx, const ForwardInput& in, const KvStorage& kv,
                  const TensorView& logits) override;
 

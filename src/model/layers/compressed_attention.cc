@@ -1,6 +1,10 @@
 #include "model/layers/compressed_attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "base/logging.h"
 
 namespace dinfer::layers {
 namespace {
@@ -52,6 +56,12 @@ std::vector<float> YarnInvFreq(double theta, int64_t dim, const RopeScaling& s) 
   return inv;
 }
 
+// A compressor's running state: always f32 (it accumulates across steps).
+float* StatePlane(std::span<void* const> planes, std::span<const DType> dtypes, size_t j) {
+  DINFER_CHECK(dtypes[j] == DType::kF32);
+  return static_cast<float*>(planes[j]);
+}
+
 // n^-0.5 rounded to float once, as a Python float scale applied to float32 tensors is.
 float InvSqrt(int64_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); }
 
@@ -67,19 +77,47 @@ V4Rope DeepseekV4Rope(const ModelConfig& c) {
   return r;
 }
 
+namespace {
+
+// The compression rates of the model's layers (MTP included), ascending.
+std::vector<int64_t> CompressionRates(const DeepseekV4Config& v) {
+  std::vector<int64_t> rates;
+  for (V4Attention kind : v.layer_attention) {
+    if (kind != V4Attention::kSliding) rates.push_back(v.Rate(kind));
+  }
+  std::sort(rates.begin(), rates.end());
+  rates.erase(std::unique(rates.begin(), rates.end()), rates.end());
+  return rates;
+}
+
+}  // namespace
+
+std::vector<KvGroup> DeepseekV4KvGroups(const ModelConfig& c, int64_t block_size) {
+  std::vector<KvGroup> groups = {{"window", block_size, c.sliding_window, 1}};
+  for (int64_t rate : CompressionRates(*c.deepseek_v4)) {
+    groups.push_back({"compressed/" + std::to_string(rate),
+                      ops::CompressedBlockTokens(block_size, rate), 0, rate});
+  }
+  return groups;
+}
+
 std::vector<KvPlane> DeepseekV4LayerPlanes(const ModelConfig& c, V4Attention kind,
-                                           int64_t block_size) {
+                                           int64_t block_size, DType kv_dtype) {
   const DeepseekV4Config& v = *c.deepseek_v4;
   const int64_t d = c.head_dim;
-  std::vector<KvPlane> planes = {{block_size, d}};
+  std::vector<KvPlane> planes = {{block_size, d, 0, kv_dtype}};
   if (kind == V4Attention::kSliding) return planes;
   const int64_t rate = v.Rate(kind);
+  const std::vector<int64_t> rates = CompressionRates(v);
+  const int32_t group =
+      1 + static_cast<int32_t>(std::find(rates.begin(), rates.end(), rate) - rates.begin());
+  const int64_t rows = ops::CompressedRowsPerBlock(block_size, rate);
   const bool sparse = kind == V4Attention::kCompressedSparse;
-  planes.push_back({1, kernels::cpu::CompressorStateWidth(d, sparse)});
-  planes.push_back({ops::CompressedRowsPerBlock(block_size, rate), d});
+  planes.push_back({1, kernels::cpu::CompressorStateWidth(d, sparse), 0});
+  planes.push_back({rows, d, group, kv_dtype});
   if (sparse) {
-    planes.push_back({1, kernels::cpu::CompressorStateWidth(v.index_head_dim, true)});
-    planes.push_back({ops::CompressedRowsPerBlock(block_size, rate), v.index_head_dim});
+    planes.push_back({1, kernels::cpu::CompressorStateWidth(v.index_head_dim, true), 0});
+    planes.push_back({rows, v.index_head_dim, group, kv_dtype});
   }
   return planes;
 }
@@ -181,7 +219,9 @@ Status CompressedAttention::Compress(const ops::OpContext& ctx, const Compressor
 }
 
 Status CompressedAttention::Forward(const ops::OpContext& ctx, const TensorView& x,
-                                    std::span<float* const> planes,
+                                    std::span<void* const> planes,
+                                    std::span<const DType> plane_dtypes,
+                                    std::span<const int32_t> plane_groups,
                                     const ops::AttentionMetadata& meta, const V4Rope& rope,
                                     Workspace& ws, const TensorView& out) const {
   const int64_t n = x.rows(), d = head_dim_;
@@ -207,17 +247,19 @@ Status CompressedAttention::Forward(const ops::OpContext& ctx, const TensorView&
       return InvalidArgument("DeepSeek-V4: blocks of {} tokens and compression rate {} do not nest",
                              meta.block_size, rate);
     }
-    compressed =
-        ops::CompressedPlane{planes[2], rate, ops::CompressedRowsPerBlock(meta.block_size, rate)};
-    DINFER_RETURN_IF_ERROR(Compress(ctx, *compressor_, x, planes[1], *compressed, meta,
-                                    rope.compress, ws, kCompressor));
+    compressed = ops::CompressedPlane{planes[2], plane_dtypes[2], rate,
+                                      ops::CompressedRowsPerBlock(meta.block_size, rate),
+                                      meta.group(plane_groups[2])};
+    DINFER_RETURN_IF_ERROR(Compress(ctx, *compressor_, x, StatePlane(planes, plane_dtypes, 1),
+                                    *compressed, meta, rope.compress, ws, kCompressor));
   }
   if (index_compressor_) {
     const ops::CompressedPlane keys{
-        planes[4], index_compressor_->rate,
-        ops::CompressedRowsPerBlock(meta.block_size, index_compressor_->rate)};
-    DINFER_RETURN_IF_ERROR(Compress(ctx, *index_compressor_, x, planes[3], keys, meta,
-                                    rope.compress, ws, kIndexCompressor));
+        planes[4], plane_dtypes[4], index_compressor_->rate,
+        ops::CompressedRowsPerBlock(meta.block_size, index_compressor_->rate),
+        meta.group(plane_groups[4])};
+    DINFER_RETURN_IF_ERROR(Compress(ctx, *index_compressor_, x, StatePlane(planes, plane_dtypes, 3),
+                                    keys, meta, rope.compress, ws, kIndexCompressor));
     TensorView iq = ws.Get(kIndexQ, n, index_heads_ * index_dim_);
     DINFER_RETURN_IF_ERROR(ops::Linear(ctx, qr, index_wq_b_, nullptr, iq));
     ops::RopeTrailing(ctx, iq, index_heads_, index_dim_, rotary_dim_, meta.positions, rope.compress,
@@ -237,7 +279,7 @@ Status CompressedAttention::Forward(const ops::OpContext& ctx, const TensorView&
   opt.window = window_;
   opt.scale = InvSqrt(d);
   opt.sinks = sinks_.as<float>();
-  ops::SparseAttention(ctx, q, kv, planes[0], compressed ? &*compressed : nullptr,
+  ops::SparseAttention(ctx, q, kv, planes[0], plane_dtypes[0], compressed ? &*compressed : nullptr,
                        selected ? &*selected : nullptr, meta, opt, attn);
   // Keys are the values, so the outputs carry the keys' rotation: undo it at the query position.
   ops::RopeTrailing(ctx, attn, heads_, d, rotary_dim_, meta.positions, inv_freq, true);

@@ -28,11 +28,20 @@ struct V4Rope {
 };
 V4Rope DeepseekV4Rope(const ModelConfig& c);
 
+// The KV groups of a DeepSeek-V4 model whose window keys come in blocks of block_size tokens:
+// group 0 "window" (the window keys and the compressor states of every layer: sliding window,
+// blocks released behind it), then "compressed/r" for each compression rate r of its layers,
+// ascending (the entries of rate r, with the indexer keys for the sparse rate; blocks of
+// max(block_size, r) tokens, every one kept and prefix-cacheable).
+std::vector<KvGroup> DeepseekV4KvGroups(const ModelConfig& c, int64_t block_size);
+
 // The KV planes of one layer for blocks of block_size tokens, in the order the layer reads them:
 // window keys, then for compressed layers the compressor state and entries, then for compressed
-// sparse attention the indexer's compressor state and keys.
+// sparse attention the indexer's compressor state and keys; each in its DeepseekV4KvGroups group.
+// Keys and entries are stored as `kv_dtype` (f32 or bf16); compressor states, which accumulate
+// across steps, stay f32.
 std::vector<KvPlane> DeepseekV4LayerPlanes(const ModelConfig& c, V4Attention kind,
-                                           int64_t block_size);
+                                           int64_t block_size, DType kv_dtype = DType::kBF16);
 
 class CompressedAttention {
  public:
@@ -43,8 +52,9 @@ class CompressedAttention {
                                             const ModelConfig& c, V4Attention kind);
 
   // x [n, hidden] (normed) -> out [n, hidden]. `planes` are this layer's KV planes
-  // (DeepseekV4LayerPlanes order).
-  Status Forward(const ops::OpContext& ctx, const TensorView& x, std::span<float* const> planes,
+  // (DeepseekV4LayerPlanes order), `plane_dtypes` and `plane_groups` their dtypes and KV groups.
+  Status Forward(const ops::OpContext& ctx, const TensorView& x, std::span<void* const> planes,
+                 std::span<const DType> plane_dtypes, std::span<const int32_t> plane_groups,
                  const ops::AttentionMetadata& meta, const V4Rope& rope, Workspace& ws,
                  const TensorView& out) const;
 

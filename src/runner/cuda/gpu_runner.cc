@@ -358,3 +358,138 @@ StatusOr<TensorView> GpuRunner::Execute(std::span<const SeqChunk> chunks) {
 }
 
 }  // namespace dinfer
+
+namespace dinfer {
+
+StatusOr<DeviceSampleOutput> GpuRunner::Sample(const DeviceSampleBatch& batch) {
+  const int64_t rows = last_rows_;
+  const int64_t vocab = model_->config().vocab_size;
+  if (static_cast<int64_t>(batch.rows.size()) != rows) {
+    return InvalidArgument("sampling {} rows, but the last step has {} logits rows",
+                           batch.rows.size(), rows);
+  }
+  static_assert(kc::kMaxSampleVocab == kMaxDeviceSampleVocab);
+  if (vocab > kc::kMaxSampleVocab) {
+    return Unimplemented("sampling on the device supports vocabularies up to {} tokens",
+                         kc::kMaxSampleVocab);
+  }
+  DeviceSampleOutput out;
+  if (rows == 0) return out;
+  const auto n = static_cast<size_t>(rows);
+  const size_t num_adjust = batch.adjustments.size();
+  // Inputs: rows, masks, adjustments, biases.
+  const size_t at_masks = Align(n * sizeof(kc::SamplingRow));
+  const size_t at_adjust = Align(at_masks + batch.masks.size() * sizeof(uint32_t));
+  const size_t at_biases = Align(at_adjust + num_adjust * sizeof(kc::TokenAdjustment));
+  const size_t in_bytes = Align(at_biases + batch.biases.size() * sizeof(float));
+  // Outputs copied back: tokens, logprobs, top tokens, top logprobs.
+  constexpr size_t kTop = kc::kMaxSampleLogprobs;
+  static_assert(kTop == DeviceSampleOutput::kTopStride);
+  const size_t at_logprob = Align(n * 4);
+  const size_t at_top = Align(at_logprob + n * 4);
+  const size_t at_top_lp = Align(at_top + n * kTop * 4);
+  const size_t out_bytes = Align(at_top_lp + n * kTop * 4);
+  const size_t scratch_bytes = Align(n * sizeof(double)) + Align(num_adjust * sizeof(float));
+  // Buffers grow between steps; the last Sample waited for its copies, so none is in use.
+  auto grow_pinned = [](cuda::PinnedBuffer& b, size_t bytes) -> Status {
+    if (b.bytes() >= bytes) return OkStatus();
+    DINFER_ASSIGN_OR_RETURN(b, cuda::PinnedBuffer::Allocate(bytes + bytes / 2));
+    return OkStatus();
+  };
+  auto grow_device = [](cuda::DeviceBuffer& b, size_t bytes) -> Status {
+    if (b.bytes() >= bytes) return OkStatus();
+    DINFER_ASSIGN_OR_RETURN(b, cuda::DeviceBuffer::Allocate(bytes + bytes / 2));
+    return OkStatus();
+  };
+  DINFER_RETURN_IF_ERROR(grow_pinned(sample_stage_, in_bytes));
+  DINFER_RETURN_IF_ERROR(grow_pinned(sample_out_host_, out_bytes));
+  DINFER_RETURN_IF_ERROR(grow_device(sample_in_, in_bytes));
+  DINFER_RETURN_IF_ERROR(grow_device(sample_out_, out_bytes));
+  DINFER_RETURN_IF_ERROR(grow_device(sample_scratch_, scratch_bytes));
+
+  char* h = static_cast<char*>(sample_stage_.data());
+  auto* params = reinterpret_cast<kc::SamplingRow*>(h);
+  bool any_mask = false, any_logprobs = false;
+  for (size_t i = 0; i < n; ++i) {
+    const DeviceSampleRow& r = batch.rows[i];
+    kc::SamplingRow& k = params[i];
+    k = kc::SamplingRow{};
+    k.temperature = r.temperature;
+    k.top_p = r.top_p;
+    k.min_p = r.min_p;
+    k.repetition_penalty = r.repetition_penalty;
+    k.presence_penalty = r.presence_penalty;
+    k.frequency_penalty = r.frequency_penalty;
+    k.seed = r.seed;
+    k.step = r.step;
+    k.top_k = r.top_k;
+    k.logprobs = std::min(r.logprobs, kc::kMaxSampleLogprobs);
+    k.mask_offset = r.mask_offset;
+    k.mask_vocab = r.mask_vocab;
+    k.adjust_begin = r.adjust_begin;
+    k.adjust_end = r.adjust_end;
+    if (r.mask_offset >= 0 && r.mask_offset + (std::min<int64_t>(r.mask_vocab, vocab) + 31) / 32 >
+                                  static_cast<int64_t>(batch.masks.size())) {
+      return InvalidArgument("sampling row {}: its mask lies past the masks given", i);
+    }
+    if (r.adjust_begin < 0 || r.adjust_end < r.adjust_begin ||
+        static_cast<size_t>(r.adjust_end) > num_adjust) {
+      return InvalidArgument("sampling row {}: its adjustments lie past those given", i);
+    }
+    any_mask |= r.mask_offset >= 0;
+    any_logprobs |= r.logprobs >= 0;
+  }
+  std::copy(batch.masks.begin(), batch.masks.end(), reinterpret_cast<uint32_t*>(h + at_masks));
+  auto* adjust = reinterpret_cast<kc::TokenAdjustment*>(h + at_adjust);
+  for (size_t j = 0; j < num_adjust; ++j) {
+    const DeviceTokenAdjust& a = batch.adjustments[j];
+    if (a.bias_end < a.bias_begin || a.bias_end > batch.biases.size()) {
+      return InvalidArgument("sampling adjustment {}: its biases lie past those given", j);
+    }
+    adjust[j] = kc::TokenAdjustment{a.token,
+                                    a.count,
+                                    a.bias_begin,
+                                    a.bias_end,
+                                    static_cast<uint8_t>(a.seen),
+                                    static_cast<uint8_t>(a.ban)};
+  }
+  std::copy(batch.biases.begin(), batch.biases.end(), reinterpret_cast<float*>(h + at_biases));
+  DINFER_RETURN_IF_ERROR(
+      cuda::CopyToDeviceAsync(sample_in_.data(), sample_stage_.data(), in_bytes, stream_));
+
+  char* d = static_cast<char*>(sample_in_.data());
+  char* o = static_cast<char*>(sample_out_.data());
+  char* scratch = static_cast<char*>(sample_scratch_.data());
+  kc::SampleRowsParams p;
+  p.logits = static_cast<float*>(logits_.data());
+  p.rows = rows;
+  p.vocab = vocab;
+  p.stride = vocab;
+  p.params = reinterpret_cast<const kc::SamplingRow*>(d);
+  p.masks = reinterpret_cast<const uint32_t*>(d + at_masks);
+  p.adjustments = reinterpret_cast<const kc::TokenAdjustment*>(d + at_adjust);
+  p.biases = reinterpret_cast<const float*>(d + at_biases);
+  p.log_norm = reinterpret_cast<double*>(scratch);
+  p.saved = reinterpret_cast<float*>(scratch + Align(n * sizeof(double)));
+  p.tokens = reinterpret_cast<int32_t*>(o);
+  p.logprob = reinterpret_cast<float*>(o + at_logprob);
+  p.top_tokens = reinterpret_cast<int32_t*>(o + at_top);
+  p.top_logprobs = reinterpret_cast<float*>(o + at_top_lp);
+  p.any_mask = any_mask;
+  p.any_logprobs = any_logprobs;
+  p.num_adjustments = static_cast<int64_t>(num_adjust);
+  DINFER_RETURN_IF_ERROR(cuda::CudaStatus(kc::SampleRows(p, stream_.get()), "sampling"));
+  DINFER_RETURN_IF_ERROR(cuda::CopyToHostAsync(sample_out_host_.data(), sample_out_.data(),
+                                               any_logprobs ? out_bytes : n * 4, stream_));
+  DINFER_RETURN_IF_ERROR(stream_.Synchronize());
+  const char* host = static_cast<const char*>(sample_out_host_.data());
+  out.tokens = {reinterpret_cast<const int32_t*>(host), n};
+  if (any_logprobs) {
+    out.logprobs = {reinterpret_cast<const float*>(host + at_logprob), n};
+    out.top_tokens = {reinterpret_cast<const int32_t*>(host + at_top), n * kTop};
+    out.top_logprobs = {reinterpret_cast<const float*>(host + at_top_lp), n * kTop};
+  }
+  return out;
+}
+
+}  // namespace dinfer

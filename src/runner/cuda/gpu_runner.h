@@ -1,7 +1,8 @@
 // GpuRunner: executes steps (batches of SeqChunks) of a GpuDecoder on one CUDA device. It owns the
 // paged KV cache in device memory, a stream, the per-step plan (built on the host in pinned
 // memory, double-buffered, one copy to the device), CUDA graphs of decode steps per batch-size
-// bucket (captured on first use, replayed after), and the logits / greedy tokens copied back.
+// bucket (captured on first use, replayed after), the logits / greedy tokens copied back, and
+// the buffers of sampling on the device (Sample).
 // Launch returns without waiting, so the host prepares step N+1 while the device runs step N.
 // Thread-safety: one thread at a time.
 #pragma once
@@ -15,6 +16,7 @@
 #include "backend/cuda/memory.h"
 #include "backend/cuda/stream.h"
 #include "runner/cuda/gpu_decoder.h"
+#include "runner/device_sampling.h"
 #include "runner/seq_chunk.h"
 
 namespace dinfer {
@@ -55,6 +57,10 @@ class GpuRunner {
   StatusOr<std::span<const int32_t>> GreedyTokens();  // after a greedy Launch
   // Launch and Logits.
   StatusOr<TensorView> Execute(std::span<const SeqChunk> chunks);
+  // Samples one token per logits row of the last Launch on the device (batch.rows: one per row)
+  // and waits for the tokens; the logits are changed in place (masks, penalties), so Logits()
+  // no longer gives the model's. Valid until the next Launch.
+  StatusOr<DeviceSampleOutput> Sample(const DeviceSampleBatch& batch);
 
   const GpuDecoder& model() const { return *model_; }
   const cuda::Stream& stream() const { return stream_; }
@@ -96,6 +102,11 @@ class GpuRunner {
   int64_t last_rows_ = 0;
   bool last_greedy_ = false;
   std::vector<int32_t> tile_order_;
+  // Sampling: inputs staged in pinned memory and copied in one go (grown on demand), scratch,
+  // and outputs copied back.
+  cuda::PinnedBuffer sample_stage_;
+  cuda::DeviceBuffer sample_in_, sample_scratch_, sample_out_;
+  cuda::PinnedBuffer sample_out_host_;
 };
 
 }  // namespace dinfer

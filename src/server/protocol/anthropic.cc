@@ -152,6 +152,7 @@ void ReadTools(FieldReader& r, const json::object& body, GenerationRequest& req)
       if (const json::value* v = t.if_contains("name")) fn["name"] = *v;
       if (const json::value* v = t.if_contains("description")) fn["description"] = *v;
       if (const json::value* v = t.if_contains("input_schema")) fn["parameters"] = *v;
+      if (const json::value* v = t.if_contains("strict")) fn["strict"] = *v;
       converted.push_back(json::object{{"type", "function"}, {"function", std::move(fn)}});
     }
     chat["tools"] = std::move(converted);

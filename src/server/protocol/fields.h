@@ -57,7 +57,16 @@ bool ReadJsonSchemaFormat(FieldReader& r, std::string_view param, const boost::j
                           GenerationRequest& req);
 // {"type": "json_object"}: any JSON object.
 bool ReadJsonObjectFormat(FieldReader& r, std::string_view param, GenerationRequest& req);
-// vLLM's structured_outputs ({json | regex | grammar | choice | json_object,
+// {"type": "structural_tag", "structures": [...], "triggers": [...]} (vLLM's response_format).
+bool ReadStructuralTagFormat(FieldReader& r, std::string_view param,
+                             const boost::json::object& format, GenerationRequest& req);
+// Strict tools (`"strict": true`) with tool_choice auto: the model may answer in text, and every
+// call it writes in the Hermes format must be well formed, with a strict tool's arguments
+// following its schema (other tools' arguments are any object). A structural tag triggered by
+// "<tool_call>"; tools in the chat shape.
+bool HasStrictTool(const boost::json::array& tools);
+std::string HermesToolCallTag(const boost::json::array& tools);
+// vLLM's structured_outputs ({json | regex | grammar | choice | json_object | structural_tag,
 // disable_any_whitespace}) and guided_json / guided_regex / guided_grammar / guided_choice.
 void ReadStructuredOutputs(FieldReader& r, GenerationRequest& req);
 // tool_choice "required" or named: the output is one call, {"name": ..., "parameters": {...}},

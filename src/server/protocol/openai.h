@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -30,6 +31,9 @@ void ReadChatTools(FieldReader& r, GenerationRequest& req);
 bool ContentText(FieldReader& r, std::string_view param, const boost::json::value& content,
                  std::initializer_list<std::string_view> text_types, std::string& out);
 
+// Token logprobs as both OpenAI APIs list them: {"token", "logprob", "bytes", "top_logprobs":
+// [{"token", "logprob", "bytes"}]}.
+boost::json::array TokenLogprobsJson(const std::vector<LogprobEntry>& entries);
 boost::json::object OpenAiUsage(const Usage& usage);
 const char* OpenAiFinishReason(Finish finish);
 

@@ -99,6 +99,8 @@ void ReadResponseFormat(FieldReader& r, GenerationRequest& req) {
   if (t == "text") return;
   if (t == "json_object") {
     ReadJsonObjectFormat(r, "response_format", req);
+  } else if (t == "structural_tag") {
+    ReadStructuralTagFormat(r, "response_format", *format, req);
   } else if (t == "json_schema") {
     const json::value* spec = format->if_contains("json_schema");
     if (spec == nullptr || !spec->is_object()) {
@@ -109,29 +111,14 @@ void ReadResponseFormat(FieldReader& r, GenerationRequest& req) {
     ReadJsonSchemaFormat(r, "response_format.json_schema", spec->get_object(), req);
   } else {
     r.Fail("response_format",
-           fmt::format("'response_format.type' must be text, json_object or json_schema, got '{}'",
+           fmt::format("'response_format.type' must be text, json_object, json_schema or "
+                       "structural_tag, got '{}'",
                        t));
   }
 }
 
 json::object LogprobsJson(const std::vector<LogprobEntry>& entries) {
-  auto bytes = [](const std::string& s) {
-    json::array b;
-    for (unsigned char c : s) b.push_back(c);
-    return b;
-  };
-  json::array content;
-  for (const LogprobEntry& e : entries) {
-    json::array top;
-    for (const auto& [token, lp] : e.top) {
-      top.push_back(json::object{{"token", token}, {"logprob", lp}, {"bytes", bytes(token)}});
-    }
-    content.push_back(json::object{{"token", e.token},
-                                   {"logprob", e.logprob},
-                                   {"bytes", bytes(e.token)},
-                                   {"top_logprobs", std::move(top)}});
-  }
-  return {{"content", std::move(content)}, {"refusal", nullptr}};
+  return {{"content", TokenLogprobsJson(entries)}, {"refusal", nullptr}};
 }
 
 class ChatEncoder final : public ResponseEncoder {
@@ -418,6 +405,26 @@ ApiResult<GenerationRequest> ParseChatCompletion(const json::object& body) {
 
 std::unique_ptr<ResponseEncoder> MakeChatEncoder(const GenerationRequest& req, ResponseMeta meta) {
   return std::make_unique<ChatEncoder>(req, std::move(meta));
+}
+
+json::array TokenLogprobsJson(const std::vector<LogprobEntry>& entries) {
+  auto bytes = [](const std::string& s) {
+    json::array b;
+    for (unsigned char c : s) b.push_back(c);
+    return b;
+  };
+  json::array out;
+  for (const LogprobEntry& e : entries) {
+    json::array top;
+    for (const auto& [token, lp] : e.top) {
+      top.push_back(json::object{{"token", token}, {"logprob", lp}, {"bytes", bytes(token)}});
+    }
+    out.push_back(json::object{{"token", e.token},
+                               {"logprob", e.logprob},
+                               {"bytes", bytes(e.token)},
+                               {"top_logprobs", std::move(top)}});
+  }
+  return out;
 }
 
 json::object OpenAiUsage(const Usage& u) {

@@ -124,13 +124,14 @@ json::object UsageJson(const Usage& u) {
           {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 
-json::object MessageItem(const std::string& id, const std::string& text, bool done) {
+json::object MessageItem(const std::string& id, const std::string& text, bool done,
+                         json::array logprobs = {}) {
   json::array content;
   if (done) {
     content.push_back(json::object{{"type", "output_text"},
                                    {"text", text},
                                    {"annotations", json::array{}},
-                                   {"logprobs", json::array{}}});
+                                   {"logprobs", std::move(logprobs)}});
   }
   return {{"type", "message"},
           {"id", id},
@@ -166,6 +167,7 @@ class ResponsesEncoder final : public ResponseEncoder {
   }
 
   void StreamUpdate(const ChoiceUpdate& u, std::string& out) override {
+    json::array pending_logprobs = TokenLogprobsJson(u.logprobs);
     for (const OutputEvent& e : u.events) {
       switch (e.type) {
         case OutputEvent::Type::kReasoning:
@@ -177,16 +179,21 @@ class ResponsesEncoder final : public ResponseEncoder {
                 {"content_index", 0},
                 {"delta", e.text}});
           break;
-        case OutputEvent::Type::kText:
+        case OutputEvent::Type::kText: {
           OpenItem(ItemKind::kMessage, out);
           text_ += e.text;
+          // The update's tokens go with its first piece of text (updates are a token or a few).
+          json::array lp = std::move(pending_logprobs);
+          pending_logprobs = {};
+          for (const json::value& v : lp) logprobs_.push_back(v);
           Emit(out, "response.output_text.delta",
                {{"item_id", item_id_},
                 {"output_index", OutputIndex()},
                 {"content_index", 0},
                 {"delta", e.text},
-                {"logprobs", json::array{}}});
+                {"logprobs", std::move(lp)}});
           break;
+        }
         case OutputEvent::Type::kToolCallBegin:
           Close(out);
           open_ = ItemKind::kFunctionCall;
@@ -210,6 +217,10 @@ class ResponsesEncoder final : public ResponseEncoder {
         case OutputEvent::Type::kStop:  // the update's finish carries it
           break;
       }
+    }
+    // Tokens that produced no text here (an end-of-sequence token) still belong to the message.
+    if (open_ == ItemKind::kMessage) {
+      for (const json::value& v : pending_logprobs) logprobs_.push_back(v);
     }
     if (u.finish == Finish::kError) {
       StreamError(ApiError{ErrorKind::kInternal, u.error, "", ""}, out);
@@ -237,7 +248,7 @@ class ResponsesEncoder final : public ResponseEncoder {
     const ChoiceResult& c = choices.front();
     if (!c.reasoning.empty()) output_.push_back(ReasoningItem(NewId("rs_"), c.reasoning, true));
     if (!c.text.empty() || c.tool_calls.empty()) {
-      output_.push_back(MessageItem(NewId("msg_"), c.text, true));
+      output_.push_back(MessageItem(NewId("msg_"), c.text, true, TokenLogprobsJson(c.logprobs)));
     }
     for (const ToolCall& t : c.tool_calls) {
       output_.push_back(FunctionCallItem(NewId("fc_"), t.id, t.name, t.arguments, true));
@@ -265,6 +276,7 @@ class ResponsesEncoder final : public ResponseEncoder {
     Close(out);
     open_ = kind;
     text_.clear();
+    logprobs_ = {};
     const bool message = kind == ItemKind::kMessage;
     item_id_ = NewId(message ? "msg_" : "rs_");
     Emit(out, "response.output_item.added",
@@ -295,9 +307,11 @@ class ResponsesEncoder final : public ResponseEncoder {
         json::object done = base;
         done["content_index"] = 0;
         done["text"] = text_;
-        if (message) done["logprobs"] = json::array{};
+        if (message) done["logprobs"] = logprobs_;
         Emit(out, message ? "response.output_text.done" : "response.reasoning_text.done", done);
-        item = message ? MessageItem(item_id_, text_, true) : ReasoningItem(item_id_, text_, true);
+        item = message ? MessageItem(item_id_, text_, true, std::move(logprobs_))
+                       : ReasoningItem(item_id_, text_, true);
+        logprobs_ = {};
         json::object part_done = base;
         part_done["content_index"] = 0;
         part_done["part"] = item.at("content").get_array().front();
@@ -319,24 +333,27 @@ class ResponsesEncoder final : public ResponseEncoder {
   }
 
   json::object Object(std::string_view status, json::value usage) const {
-    json::object o{{"id", meta_.id},
-                   {"object", "response"},
-                   {"created_at", meta_.created},
-                   {"status", status},
-                   {"background", false},
-                   {"error", nullptr},
-                   {"incomplete_details", nullptr},
-                   {"model", meta_.model},
-                   {"output", output_},
-                   {"parallel_tool_calls", true},
-                   {"previous_response_id", nullptr},
-                   {"store", false},
-                   {"truncation", "disabled"},
-                   {"text", json::object{{"format", json::object{{"type", "text"}}}}},
-                   {"usage", std::move(usage)},
-                   {"metadata", json::object{}}};
+    json::object o{
+        {"id", meta_.id},
+        {"object", "response"},
+        {"created_at", meta_.created},
+        {"status", status},
+        {"background", false},
+        {"error", nullptr},
+        {"incomplete_details", nullptr},
+        {"model", meta_.model},
+        {"output", output_},
+        {"parallel_tool_calls", true},
+        {"previous_response_id", nullptr},
+        {"store", false},
+        {"truncation", "disabled"},
+        {"text", echo_.contains("text")
+                     ? echo_.at("text")
+                     : json::value(json::object{{"format", json::object{{"type", "text"}}}})},
+        {"usage", std::move(usage)},
+        {"metadata", json::object{}}};
     for (const char* key : {"instructions", "max_output_tokens", "temperature", "top_p",
-                            "tool_choice", "tools", "reasoning", "user"}) {
+                            "top_logprobs", "tool_choice", "tools", "reasoning", "user"}) {
       const json::value* v = echo_.if_contains(key);
       o[key] = v != nullptr ? *v : json::value(nullptr);
     }
@@ -353,6 +370,7 @@ class ResponsesEncoder final : public ResponseEncoder {
   json::array output_;  // finished items
   ItemKind open_ = ItemKind::kNone;
   std::string item_id_, call_id_, call_name_, text_;
+  json::array logprobs_;  // of the open message item
   Finish finish_ = Finish::kNone;
   int64_t sequence_ = 0;
   bool failed_ = false;
@@ -423,7 +441,7 @@ ApiResult<GenerationRequest> ParseResponsesRequest(const json::object& body) {
   }
   if (!r.ok()) return r.error();
   for (const char* key : {"instructions", "max_output_tokens", "temperature", "top_p",
-                          "tool_choice", "tools", "reasoning", "user"}) {
+                          "top_logprobs", "tool_choice", "tools", "reasoning", "user", "text"}) {
     if (const json::value* v = r.Get(key)) req.echo_fields[key] = *v;
   }
   return req;

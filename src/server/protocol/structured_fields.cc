@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <boost/json/serialize.hpp>
 
+#include "base/json_escape.h"
 #include "server/protocol/fields.h"
 
 namespace dinfer::server {
@@ -83,6 +84,44 @@ bool ReadJsonObjectFormat(FieldReader& r, std::string_view param, GenerationRequ
   return SetConstraint(r, req, std::string(param), JsonObject(16));
 }
 
+bool ReadStructuralTagFormat(FieldReader& r, std::string_view param, const json::object& format,
+                             GenerationRequest& req) {
+  return SetConstraint(r, req, std::string(param),
+                       {"structural_tag", json::serialize(format), {}, 16});
+}
+
+bool HasStrictTool(const json::array& tools) {
+  for (const json::value& t : tools) {
+    const json::object& o = t.get_object();
+    const json::object& fn = o.contains("function") ? o.at("function").get_object() : o;
+    const json::value* strict = fn.if_contains("strict");
+    if (strict != nullptr && strict->is_bool() && strict->get_bool()) return true;
+  }
+  return false;
+}
+
+std::string HermesToolCallTag(const json::array& tools) {
+  json::array structures;
+  for (const json::value& t : tools) {
+    const json::object& o = t.get_object();
+    const json::object& fn = o.contains("function") ? o.at("function").get_object() : o;
+    const json::value* strict = fn.if_contains("strict");
+    const json::value* params = fn.if_contains("parameters");
+    json::value schema = json::object{{"type", "object"}};
+    if (strict != nullptr && strict->is_bool() && strict->get_bool() && params != nullptr &&
+        IsSchema(*params)) {
+      schema = *params;
+    }
+    std::string begin = "<tool_call>\n{\"name\": ";
+    AppendJsonQuoted(fn.at("name").get_string(), &begin);
+    begin += ", \"arguments\": ";
+    structures.push_back(
+        json::object{{"begin", begin}, {"schema", std::move(schema)}, {"end", "}\n</tool_call>"}});
+  }
+  return json::serialize(json::object{{"structures", std::move(structures)},
+                                      {"triggers", json::array{"<tool_call>"}}});
+}
+
 void ReadStructuredOutputs(FieldReader& r, GenerationRequest& req) {
   // vLLM: {"json": schema, "regex": ..., "choice": [...], "grammar": ..., "json_object": true,
   // "disable_any_whitespace": bool}, exactly one constraint.
@@ -124,6 +163,14 @@ void ReadStructuredOutputs(FieldReader& r, GenerationRequest& req) {
     if (sr.Bool("json_object").value_or(false)) {
       ++count;
       out = JsonObject(ws);
+    }
+    // vLLM passes the structural tag as a JSON string; an object is taken too.
+    if (const json::value* tag = sr.Get("structural_tag")) {
+      ++count;
+      out = {"structural_tag",
+             tag->is_string() ? std::string(tag->get_string()) : json::serialize(*tag),
+             {},
+             ws};
     }
     if (!sr.ok()) {
       r.Fail(sr.error().param, sr.error().message);

@@ -1,6 +1,8 @@
 // Randomized KvCacheManager test: thousands of scheduler-like operations on tiny pools, with
-// CheckInvariants after each and an oracle of what every block's KV holds, so that a prefix hit on
-// stale, partial or foreign KV is caught, as is a write into a block another request reads.
+// CheckInvariants after each and an oracle of what every block's KV holds (per KV group), so that a
+// prefix hit on stale, partial or foreign KV is caught, as is a write into a block another request
+// reads. Runs with one group (full or sliding window) and with several (a window group next to
+// compressed groups whose blocks hold a row per `entry_rate` tokens).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,8 +46,11 @@ struct Coverage {
 
 class Stress {
  public:
-  Stress(const KvCacheSpec& spec, uint32_t seed)
-      : spec_(spec), kv_(spec), rng_(seed), shadow_(static_cast<size_t>(spec.num_blocks)) {
+  Stress(const KvCacheSpec& spec, uint32_t seed) : spec_(spec), kv_(spec), rng_(seed) {
+    for (int64_t g = 0; g < spec.num_groups(); ++g) {
+      groups_.push_back(spec.group(g));
+      shadow_.emplace_back(static_cast<size_t>(groups_.back().num_blocks));
+    }
     // A few long bases, so that prompts often share prefixes.
     for (int b = 0; b < 3; ++b) {
       std::vector<int32_t> base(24);
@@ -64,9 +69,11 @@ class Stress {
       const KvCacheStats s = kv_.Stats();
       ASSERT_EQ(s.free + s.cached + s.in_use, s.total);
       for (const auto& [id, r] : reqs_) {
-        ASSERT_EQ(static_cast<int64_t>(kv_.BlockTable(id).size()),
-                  r.running ? BlocksFor(r.allocated) : 0)
-            << "request " << id;
+        for (size_t g = 0; g < groups_.size(); ++g) {
+          ASSERT_EQ(static_cast<int64_t>(kv_.BlockTable(id, g).size()),
+                    r.running ? BlocksFor(g, r.allocated) : 0)
+              << "request " << id << " group " << g;
+        }
       }
     }
   }
@@ -76,7 +83,15 @@ class Stress {
     return std::uniform_int_distribution<int32_t>(lo, hi)(rng_);
   }
   bool Chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
-  int64_t BlocksFor(int64_t n) const { return (n + spec_.block_size - 1) / spec_.block_size; }
+  int64_t RowsPerBlock(size_t g) const { return groups_[g].block_size / groups_[g].entry_rate; }
+  // Blocks of group g holding rows of the first n tokens.
+  int64_t BlocksFor(size_t g, int64_t n) const {
+    return (n / groups_[g].entry_rate + RowsPerBlock(g) - 1) / RowsPerBlock(g);
+  }
+  int64_t Dead(size_t g, int64_t next) const {
+    const int64_t w = groups_[g].sliding_window;
+    return w == 0 ? 0 : std::max<int64_t>(0, next - w + 1) / groups_[g].block_size;
+  }
 
   std::span<const int32_t> Prompt(const SimRequest& r) const {
     return {r.tokens.data(), static_cast<size_t>(r.prompt_len)};
@@ -85,15 +100,19 @@ class Stress {
   std::string Snapshot() const {
     const KvCacheStats s = kv_.Stats();
     std::string out = fmt::format("{} {} {};", s.free, s.cached, s.in_use);
-    for (const auto& [id, r] : reqs_) out += fmt::format(" {}:{}", id, kv_.BlockTable(id));
+    for (const auto& [id, r] : reqs_) {
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        out += fmt::format(" {}/{}:{}", id, g, kv_.BlockTable(id, g));
+      }
+    }
     return out;
   }
 
-  // Whether `block` is in the table of a running request other than `self`.
-  bool HeldByOther(RequestId self, BlockId block) const {
+  // Whether `block` of group g is in the table of a running request other than `self`.
+  bool HeldByOther(size_t g, RequestId self, BlockId block) const {
     for (const auto& [id, r] : reqs_) {
       if (id == self || !r.running) continue;
-      for (BlockId b : kv_.BlockTable(id)) {
+      for (BlockId b : kv_.BlockTable(id, g)) {
         if (b == block) return true;
       }
     }
@@ -120,44 +139,59 @@ class Stress {
     reqs_.emplace(next_id_++, std::move(r));
   }
 
-  // Fresh slots [from, table size) of `id`: no other request may hold them; their old KV is gone.
-  void TakeFresh(RequestId id, size_t from) {
-    const auto table = kv_.BlockTable(id);
-    for (size_t i = from; i < table.size(); ++i) {
-      ASSERT_NE(table[i], kNullBlock);
-      ASSERT_FALSE(HeldByOther(id, table[i])) << "fresh block " << table[i] << " is shared";
-      shadow_[static_cast<size_t>(table[i])].reset();
+  // Fresh slots [from[g], table size) of `id`: no other request may hold them; their old KV is
+  // gone.
+  void TakeFresh(RequestId id, const std::vector<size_t>& from) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const auto table = kv_.BlockTable(id, g);
+      for (size_t i = from[g]; i < table.size(); ++i) {
+        ASSERT_NE(table[i], kNullBlock);
+        ASSERT_FALSE(HeldByOther(g, id, table[i])) << "fresh block " << table[i] << " is shared";
+        shadow_[g][static_cast<size_t>(table[i])].reset();
+      }
     }
+  }
+  std::vector<size_t> TableSizes(RequestId id) const {
+    std::vector<size_t> sizes;
+    for (size_t g = 0; g < groups_.size(); ++g) sizes.push_back(kv_.BlockTable(id, g).size());
+    return sizes;
   }
 
   // The "device" writes KV for positions [computed, end), then the scheduler commits and releases.
   void Compute(RequestId id, SimRequest& r, int64_t end, Coverage& cov) {
-    const int64_t bs = spec_.block_size;
-    const auto table = kv_.BlockTable(id);
-    for (int64_t i = r.computed / bs; i < BlocksFor(end); ++i) {
-      const BlockId b = table[static_cast<size_t>(i)];
-      ASSERT_NE(b, kNullBlock) << "writing into a released slot " << i;
-      ASSERT_FALSE(HeldByOther(id, b)) << "writing into block " << b << " another request reads";
-      auto& content = shadow_[static_cast<size_t>(b)];
-      if ((i + 1) * bs <= end) {
-        content = Content{r.salt, {r.tokens.begin(), r.tokens.begin() + (i + 1) * bs}};
-      } else {
-        content.reset();
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const int64_t bs = groups_[g].block_size, rate = groups_[g].entry_rate;
+      const auto table = kv_.BlockTable(id, g);
+      // The rows written now: those of positions [computed, end).
+      for (int64_t i = r.computed / rate / RowsPerBlock(g); i < BlocksFor(g, end); ++i) {
+        const BlockId b = table[static_cast<size_t>(i)];
+        ASSERT_NE(b, kNullBlock) << "writing into a released slot " << i << " of group " << g;
+        ASSERT_FALSE(HeldByOther(g, id, b))
+            << "writing into block " << b << " of group " << g << " another request reads";
+        auto& content = shadow_[g][static_cast<size_t>(b)];
+        if ((i + 1) * bs <= end) {
+          content = Content{r.salt, {r.tokens.begin(), r.tokens.begin() + (i + 1) * bs}};
+        } else {
+          content.reset();
+        }
       }
     }
     r.computed = end;
     if (Chance(0.85)) kv_.CommitComputed(id, r.tokens, r.computed);
-    if (spec_.sliding_window > 0 && Chance(0.9)) {
+    if (Chance(0.9)) {
       const auto before = kv_.Stats();
       kv_.ReleaseOutsideWindow(id, r.computed);
       if (kv_.Stats().in_use < before.in_use) ++cov.released;
-      const int64_t dead = std::max<int64_t>(0, r.computed - spec_.sliding_window + 1) / bs;
-      const auto after = kv_.BlockTable(id);
-      for (int64_t i = 0; i < static_cast<int64_t>(after.size()); ++i) {
-        if (i < dead) {
-          ASSERT_EQ(after[static_cast<size_t>(i)], kNullBlock) << "dead slot " << i << " kept";
-        } else {
-          ASSERT_NE(after[static_cast<size_t>(i)], kNullBlock) << "live slot " << i << " released";
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        const int64_t dead = Dead(g, r.computed);
+        const auto after = kv_.BlockTable(id, g);
+        for (int64_t i = 0; i < static_cast<int64_t>(after.size()); ++i) {
+          if (i < dead) {
+            ASSERT_EQ(after[static_cast<size_t>(i)], kNullBlock) << "dead slot " << i << " kept";
+          } else {
+            ASSERT_NE(after[static_cast<size_t>(i)], kNullBlock)
+                << "live slot " << i << " of group " << g << " released";
+          }
         }
       }
     }
@@ -184,17 +218,29 @@ class Stress {
     if (fresh_match) {
       ASSERT_EQ(cached, r.matched) << "nothing changed since Match";
     }
-    const auto table = kv_.BlockTable(id);
-    ASSERT_EQ(static_cast<int64_t>(table.size()), BlocksFor(total));
-    for (int64_t i = 0; i < cached / bs; ++i) {
-      const BlockId b = table[static_cast<size_t>(i)];
-      const auto& content = shadow_[static_cast<size_t>(b)];
-      const Content want{r.salt, {r.tokens.begin(), r.tokens.begin() + (i + 1) * bs}};
-      ASSERT_TRUE(content.has_value() && *content == want)
-          << "prefix block " << i << " (block " << b << ") holds other KV";
-      ++cov.reused_blocks;
+    std::vector<size_t> reused(groups_.size());
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const auto table = kv_.BlockTable(id, g);
+      ASSERT_EQ(static_cast<int64_t>(table.size()), BlocksFor(g, total));
+      // The reused rows must end on a block boundary: a shared block is never written again.
+      ASSERT_EQ((cached / groups_[g].entry_rate) % RowsPerBlock(g), 0) << "group " << g;
+      const int64_t full = cached / groups_[g].entry_rate / RowsPerBlock(g);
+      const int64_t gbs = groups_[g].block_size;
+      for (int64_t i = 0; i < full; ++i) {
+        const BlockId b = table[static_cast<size_t>(i)];
+        if (i < Dead(g, cached)) {
+          ASSERT_EQ(b, kNullBlock) << "group " << g << ": slot " << i << " behind the window";
+          continue;
+        }
+        const auto& content = shadow_[g][static_cast<size_t>(b)];
+        const Content want{r.salt, {r.tokens.begin(), r.tokens.begin() + (i + 1) * gbs}};
+        ASSERT_TRUE(content.has_value() && *content == want)
+            << "group " << g << " prefix block " << i << " (block " << b << ") holds other KV";
+        ++cov.reused_blocks;
+      }
+      reused[g] = static_cast<size_t>(full);
     }
-    TakeFresh(id, static_cast<size_t>(cached / bs));
+    TakeFresh(id, reused);
     r.running = true;
     r.allocated = total;
     r.computed = cached;
@@ -212,7 +258,7 @@ class Stress {
     // Chunked prefill, then one token per decode step.
     const int64_t n = r.computed < r.prompt_len ? Uniform(1, 8) : 1;
     const int64_t total = std::min(len, r.computed + n);
-    const size_t old_size = kv_.BlockTable(id).size();
+    const std::vector<size_t> old_size = TableSizes(id);
     const bool can = kv_.CanAllocate(id, total);
     const std::string before = Snapshot();
     const bool ok = kv_.Allocate(id, total);
@@ -277,7 +323,9 @@ class Stress {
   KvCacheSpec spec_;
   KvCacheManager kv_;
   std::mt19937 rng_;
-  std::vector<std::optional<Content>> shadow_;  // by block id; empty: partial or garbage
+  std::vector<KvGroupSpec> groups_;
+  // Per group, by block id; empty: partial or garbage.
+  std::vector<std::vector<std::optional<Content>>> shadow_;
   std::vector<std::vector<int32_t>> bases_;
   std::map<RequestId, SimRequest> reqs_;
   RequestId next_id_ = 1;
@@ -310,6 +358,39 @@ TEST(KvCacheManagerStress, RandomOperationsKeepInvariants) {
   EXPECT_GT(cov.released, 100);
   EXPECT_GT(cov.finished, 100);
   RecordProperty("reused_blocks", std::to_string(cov.reused_blocks));
+}
+
+// A window group of blocks of `block_size` next to compressed groups (rows every 2 and every 8
+// tokens), as DeepSeek-V4's layers keep their KV.
+TEST(KvCacheManagerStress, SeveralGroupsKeepInvariants) {
+  Coverage cov;
+  uint32_t seed = 100;
+  for (int64_t block_size : {2, 4}) {
+    for (int64_t num_blocks : {5, 9, 17}) {
+      for (int64_t window : {0, 3, 9}) {
+        for (bool caching : {true, false}) {
+          KvCacheSpec spec;
+          spec.num_blocks = num_blocks;
+          spec.block_size = block_size;
+          spec.sliding_window = window;
+          spec.enable_prefix_caching = caching;
+          // Rate 2 in blocks of 2 * block_size tokens (so a prefix of whole window blocks may end
+          // a rate-2 block half way); rate 8 in blocks of 8 tokens (one row).
+          spec.extra_groups.push_back({num_blocks, 2 * block_size, 0, 2});
+          spec.extra_groups.push_back({num_blocks, 8, 0, 8});
+          SCOPED_TRACE(fmt::format("block_size {} num_blocks {} window {} caching {} seed {}",
+                                   block_size, num_blocks, window, caching, seed));
+          Stress stress(spec, seed++);
+          stress.Run(2000, cov);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cov.reused_blocks, 1000);
+  EXPECT_GT(cov.refused, 100);
+  EXPECT_GT(cov.released, 100);
+  EXPECT_GT(cov.finished, 100);
 }
 
 }  // namespace

@@ -284,25 +284,31 @@ TEST(KvCacheManager, SlidingWindowReleasesDeadBlocks) {
       {Op::kRelease, 1, 17, kAny, {3, 2, 3}, {{1, {0, 0, 3, 4, 5}}}},
       // Block 5 holds one token (free); blocks 3 and 4 are committed (cached).
       {Op::kFree, 1, 0, kAny, {4, 4, 0}, {{1, {}}}},
-      // Released committed blocks stayed cached, so the whole prefix hits.
+      // The prefix hits; the window only needs blocks 2 and 3 (positions 9.. are read from 16 on),
+      // so blocks 0 and 1 stay cached and their slots are released at once.
       {Op::kMatch, 2, 0, 16, {4, 4, 0}},
-      {Op::kAllocate, 2, 17, 16, {3, 0, 5}, {{2, {1, 2, 3, 4, 5}}}},
+      {Op::kAllocate, 2, 17, 16, {3, 2, 3}, {{2, {0, 0, 3, 4, 5}}}},
       {Op::kRelease, 2, 16, kAny, {3, 2, 3}, {{2, {0, 0, 3, 4, 5}}}},
       {Op::kFree, 2, 0, kAny, {4, 4, 0}},
   });
 }
 
-// A block released before it was committed loses its KV: it is freed and ends the hash chain.
-TEST(KvCacheManager, SlidingWindowReleaseBeforeCommitEndsTheChain) {
+// A block released before it was committed loses its KV: it is freed, not published, but the
+// chain goes on: the blocks after it hold their own keys, and a window hit needs only those.
+TEST(KvCacheManager, SlidingWindowReleaseBeforeCommitSkipsTheBlock) {
   const auto a = Seq(0, 21);
+  const auto b = Concat(Seq(0, 8), Seq(100, 13));  // shares blocks 0 and 1 only
   TableRunner t(Spec(9, 4, /*sliding_window=*/8), {{.id = 1, .tokens = a, .prompt_len = 20},
-                                                   {.id = 2, .tokens = a, .prompt_len = 21}});
+                                                   {.id = 2, .tokens = a, .prompt_len = 21},
+                                                   {.id = 3, .tokens = b, .prompt_len = 21}});
   t.Run({
       {Op::kAllocate, 1, 20, 0, {3, 0, 5}, {{1, {1, 2, 3, 4, 5}}}},
       {Op::kRelease, 1, 20, kAny, {6, 0, 2}, {{1, {0, 0, 0, 4, 5}}}},
       {Op::kCommit, 1, 20, kAny, {6, 0, 2}},
-      {Op::kFree, 1, 0, kAny, {8, 0, 0}},
-      {Op::kMatch, 2, 0, 0, {8, 0, 0}},
+      {Op::kFree, 1, 0, kAny, {6, 2, 0}},
+      {Op::kMatch, 2, 0, 20, {6, 2, 0}},
+      {Op::kAllocate, 2, 21, 20, {5, 0, 3}, {{2, {0, 0, 0, 4, 5, 1}}}},
+      {Op::kMatch, 3, 0, 0, {5, 0, 3}},
   });
 }
 
@@ -415,6 +421,114 @@ TEST(KvCacheManager, MatchOnLongPromptIsFast) {
   EXPECT_EQ(hits, int64_t{kCalls} * 4080);
   RecordProperty("match_4096_us", std::to_string(us / kCalls));
   EXPECT_TRUE(kv.CheckInvariants().ok());
+}
+
+// DeepSeek-V4's shape in miniature: a window group (blocks of 4, window 8) and compressed groups
+// with a row every 2 tokens (blocks of 8: four rows) and every 8 tokens (blocks of 8: one row).
+KvCacheSpec ThreeGroups(int64_t num_blocks) {
+  KvCacheSpec spec = Spec(num_blocks, 4, /*sliding_window=*/8);
+  spec.extra_groups.push_back({num_blocks, 8, 0, 2});
+  spec.extra_groups.push_back({num_blocks, 8, 0, 8});
+  return spec;
+}
+
+std::vector<BlockId> Table(const KvCacheManager& kv, RequestId id, int64_t group) {
+  const auto t = kv.BlockTable(id, group);
+  return {t.begin(), t.end()};
+}
+
+TEST(KvCacheManager, GroupsAllocateBlocksAsTheirRowsNeedThem) {
+  KvCacheManager kv(ThreeGroups(9));
+  const auto a = Seq(0, 40);
+  ASSERT_TRUE(kv.Allocate(1, 7, a, 0, 0));
+  // 7 tokens: 2 window blocks, 3 rows of rate 2 (1 block), no row of rate 8 yet.
+  EXPECT_EQ(Table(kv, 1, 0).size(), 2u);
+  EXPECT_EQ(Table(kv, 1, 1).size(), 1u);
+  EXPECT_EQ(Table(kv, 1, 2).size(), 0u);
+  ASSERT_TRUE(kv.Allocate(1, 8));
+  EXPECT_EQ(Table(kv, 1, 2).size(), 1u);
+  EXPECT_EQ(kv.GroupStats(2).in_use, 1);
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+  // A group that runs out refuses the whole allocation and changes nothing.
+  KvCacheSpec small = ThreeGroups(9);
+  small.extra_groups[1].num_blocks = 2;  // one block: 8 tokens of rate-8 rows
+  KvCacheManager tight(small);
+  ASSERT_TRUE(tight.Allocate(1, 15, a, 0, 0));
+  EXPECT_FALSE(tight.CanAllocate(1, 16));
+  EXPECT_FALSE(tight.Allocate(1, 16));
+  EXPECT_EQ(Table(tight, 1, 0).size(), 4u);
+  EXPECT_TRUE(tight.CheckCanEverHold(15).ok());
+  EXPECT_EQ(tight.CheckCanEverHold(16).message(),
+            "needs 2 KV blocks for 16 tokens but the cache holds 1 blocks (KV group 2)");
+  EXPECT_TRUE(tight.CheckInvariants().ok());
+}
+
+TEST(KvCacheManager, GroupsHitWhereEveryGroupHasThePrefix) {
+  KvCacheManager kv(ThreeGroups(17));
+  const auto a = Seq(0, 40);
+  ASSERT_TRUE(kv.Allocate(1, 24, a, 0, 0));
+  kv.CommitComputed(1, a, 24);
+  kv.ReleaseOutsideWindow(1, 24);
+  // Window blocks 0..3 are behind position 24's window (17..): released, but they stay cached.
+  EXPECT_EQ(Table(kv, 1, 0), (std::vector<BlockId>{0, 0, 0, 0, 5, 6}));
+  kv.Free(1);
+  ASSERT_TRUE(kv.CheckInvariants().ok());
+  // The whole prefix: window blocks 4 and 5, rate-2 blocks 0..2, rate-8 blocks 0..2.
+  EXPECT_EQ(kv.Match(Seq(0, 30), 0), 24);
+  EXPECT_EQ(kv.Match(Seq(0, 25), 0), 24);
+  // Tokens 0..19 agree: 20 tokens would end a rate-2 block half way (10 of 12 rows), so 16
+  // tokens hit.
+  const auto b = Concat(Seq(0, 20), Seq(100, 10));
+  EXPECT_EQ(kv.Match(b, 0), 16);
+  ASSERT_TRUE(kv.Allocate(2, 30, b, 0, 16));
+  EXPECT_EQ(kv.NumCachedTokens(2), 16);
+  // From 16 the window reads 9..: window blocks 0 and 1 are not needed.
+  const auto w = Table(kv, 2, 0);
+  EXPECT_EQ(w[0], kNullBlock);
+  EXPECT_EQ(w[1], kNullBlock);
+  EXPECT_NE(w[2], kNullBlock);
+  EXPECT_EQ(Table(kv, 2, 1).size(), 4u);  // 15 rows of rate 2
+  EXPECT_EQ(Table(kv, 2, 2).size(), 3u);
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+  // Another salt shares nothing.
+  EXPECT_EQ(kv.Match(Seq(0, 30), 1), 0);
+}
+
+TEST(KvCacheManager, GroupsMissWhenACompressedBlockWasEvicted) {
+  KvCacheSpec spec = ThreeGroups(17);
+  spec.extra_groups[1].num_blocks = 4;  // three blocks of 8 tokens
+  KvCacheManager kv(spec);
+  const auto a = Seq(0, 40), c = Seq(200, 40);
+  ASSERT_TRUE(kv.Allocate(1, 24, a, 0, 0));
+  kv.CommitComputed(1, a, 24);
+  kv.Free(1);
+  EXPECT_EQ(kv.Match(Seq(0, 30), 0), 24);
+  // Another request takes every rate-8 block: the cached ones are evicted.
+  ASSERT_TRUE(kv.Allocate(2, 24, c, 0, 0));
+  EXPECT_EQ(kv.Match(Seq(0, 30), 0), 0);
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+}
+
+// A long sequence decoding with a window group: its window blocks stay bounded while the
+// compressed groups grow.
+TEST(KvCacheManager, WindowBlocksStayBoundedAsASequenceGrows) {
+  KvCacheManager kv(ThreeGroups(64));
+  std::vector<int32_t> tokens = Seq(0, 200);
+  ASSERT_TRUE(kv.Allocate(1, 20, tokens, 0, 0));
+  kv.CommitComputed(1, tokens, 20);
+  kv.ReleaseOutsideWindow(1, 20);
+  int64_t most = 0;
+  for (int64_t n = 21; n <= 200; ++n) {
+    ASSERT_TRUE(kv.Allocate(1, n)) << n;
+    kv.CommitComputed(1, tokens, n);
+    kv.ReleaseOutsideWindow(1, n);
+    most = std::max(most, kv.GroupStats(0).in_use);
+    ASSERT_TRUE(kv.CheckInvariants().ok());
+  }
+  // Window 8 in blocks of 4: at most 3 blocks (positions n - 7 .. n) are live.
+  EXPECT_LE(most, 3);
+  EXPECT_EQ(kv.GroupStats(1).in_use, 25);  // 100 rows of rate 2
+  EXPECT_EQ(kv.GroupStats(2).in_use, 25);  // 25 rows of rate 8
 }
 
 }  // namespace

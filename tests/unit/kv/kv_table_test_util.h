@@ -116,7 +116,9 @@ class TableRunner {
     const KvCacheStats s = kv_.Stats();
     std::string out = fmt::format("free {} cached {} in_use {};", s.free, s.cached, s.in_use);
     for (const auto& [id, r] : reqs_) {
-      out += fmt::format(" {}:{}", id, kv_.BlockTable(id));
+      for (int64_t g = 0; g < kv_.num_groups(); ++g) {
+        out += fmt::format(" {}/{}:{}", id, g, kv_.BlockTable(id, g));
+      }
     }
     return out;
   }

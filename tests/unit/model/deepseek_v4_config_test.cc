@@ -120,24 +120,88 @@ TEST(DeepseekV4Config, RejectsWhatItCannotRun) {
   EXPECT_FALSE(ParseHfConfig(heads, "config.json").ok());
 }
 
-// Bytes per token of dinfer's KV planes for V4-Flash with blocks of 16 tokens (f32): every token
-// keeps its window key (512 floats) in every layer; compressed layers add the per-block
-// compressor state and the compressed entries (docs/architecture.md works these out).
+// Bytes per token of dinfer's KV planes for V4-Flash with blocks of 16 tokens: every token keeps
+// its window key (512 dims) in every layer; compressed layers add the per-block compressor state
+// (f32) and the compressed entries (docs/architecture.md works these out). Keys and entries are
+// bf16 by default, f32 with kv_dtype f32.
 TEST(DeepseekV4Config, FlashKvBytesPerToken) {
   auto c = ParseHfConfig(kFlashConfig, "config.json");
   ASSERT_TRUE(c.ok());
   const int64_t block = 16;
-  auto per_token = [&](V4Attention kind) {
-    return KvStorage::BytesPerBlock({layers::DeepseekV4LayerPlanes(*c, kind, block)}) / block;
+  auto per_token = [&](V4Attention kind, DType kv_dtype) {
+    return KvStorage::BytesPerBlock({layers::DeepseekV4LayerPlanes(*c, kind, block, kv_dtype)}) /
+           block;
   };
-  EXPECT_EQ(per_token(V4Attention::kSliding), 2048);
-  EXPECT_EQ(per_token(V4Attention::kHeavilyCompressed), 2048 + 384 + 128);
-  EXPECT_EQ(per_token(V4Attention::kCompressedSparse), 2048 + 768 + 512 + 192 + 128);
-  KvLayout layout;
-  for (V4Attention kind : c->deepseek_v4->layer_attention) {
-    layout.push_back(layers::DeepseekV4LayerPlanes(*c, kind, block));
-  }
-  EXPECT_EQ(KvStorage::BytesPerBlock(layout) / block, 133952);
+  auto total = [&](DType kv_dtype) {
+    KvLayout layout;
+    for (V4Attention kind : c->deepseek_v4->layer_attention) {
+      layout.push_back(layers::DeepseekV4LayerPlanes(*c, kind, block, kv_dtype));
+    }
+    return KvStorage::BytesPerBlock(layout) / block;
+  };
+  EXPECT_EQ(per_token(V4Attention::kSliding, DType::kF32), 2048);
+  EXPECT_EQ(per_token(V4Attention::kHeavilyCompressed, DType::kF32), 2048 + 384 + 128);
+  EXPECT_EQ(per_token(V4Attention::kCompressedSparse, DType::kF32), 2048 + 768 + 512 + 192 + 128);
+  EXPECT_EQ(total(DType::kF32), 133952);
+  EXPECT_EQ(per_token(V4Attention::kSliding, DType::kBF16), 1024);
+  EXPECT_EQ(per_token(V4Attention::kHeavilyCompressed, DType::kBF16), 1024 + 384 + 64);
+  EXPECT_EQ(per_token(V4Attention::kCompressedSparse, DType::kBF16), 1024 + 768 + 256 + 192 + 64);
+  EXPECT_EQ(total(DType::kBF16), 80896);
+}
+
+// The same planes in their KV groups: the window group (window keys and compressor states of every
+// layer) is released behind the 128-token window, so only the compressed groups grow with the
+// context: 6,880 B/token with bf16 entries (13,760 B/token in f32), against 3,509 B/token for
+// DeepSeek's FP8 / FP4 layout of the same entries (docs/architecture.md).
+TEST(DeepseekV4Config, FlashKvBytesPerTokenByGroup) {
+  auto c = ParseHfConfig(kFlashConfig, "config.json");
+  ASSERT_TRUE(c.ok());
+  const int64_t block = 16;
+  const std::vector<KvGroup> groups = layers::DeepseekV4KvGroups(*c, block);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].name, "window");
+  EXPECT_EQ(groups[0].sliding_window, 128);
+  EXPECT_EQ(groups[1].name, "compressed/4");
+  EXPECT_EQ(groups[1].block_size, 16);
+  EXPECT_EQ(groups[2].name, "compressed/128");
+  EXPECT_EQ(groups[2].block_size, 128);
+  auto group_bytes = [&](DType kv_dtype) {
+    KvLayout layout;
+    for (V4Attention kind : c->deepseek_v4->layer_attention) {
+      layout.push_back(layers::DeepseekV4LayerPlanes(*c, kind, block, kv_dtype));
+    }
+    return KvStorage::GroupBytesPerBlock(layout, 3);
+  };
+  const std::vector<int64_t> f32 = group_bytes(DType::kF32);
+  EXPECT_EQ(f32[0] / groups[0].block_size, 117952);
+  EXPECT_EQ(f32[1] / groups[1].block_size, 13440);
+  EXPECT_EQ(f32[2] / groups[2].block_size, 320);
+  // A sequence keeps at most 128 / 16 + 1 window blocks however long it grows.
+  EXPECT_EQ(f32[0] * (128 / block + 1), 16985088);
+  const std::vector<int64_t> bf16 = group_bytes(DType::kBF16);
+  EXPECT_EQ(bf16[0] / groups[0].block_size, 72896);
+  EXPECT_EQ(bf16[1] / groups[1].block_size, 6720);
+  EXPECT_EQ(bf16[2] / groups[2].block_size, 160);
+  EXPECT_EQ(bf16[0] * (128 / block + 1), 10497024);
+}
+
+// The model's default layout is the bf16 one; kv_cache_dtype f32 widens every plane, bf16 is
+// refused for a layout that has no bf16 plane (dense layers on the CPU).
+TEST(DeepseekV4Config, KvCacheDType) {
+  auto c = ParseHfConfig(kFlashConfig, "config.json");
+  ASSERT_TRUE(c.ok());
+  const KvLayout layout = {layers::DeepseekV4LayerPlanes(*c, V4Attention::kCompressedSparse, 16)};
+  EXPECT_EQ(layout[0][0].dtype, DType::kBF16);
+  EXPECT_EQ(layout[0][1].dtype, DType::kF32);  // compressor state
+  auto f32 = ApplyKvCacheDType(layout, KvCacheDType::kF32, "deepseek_v4");
+  ASSERT_TRUE(f32.ok());
+  for (const KvPlane& p : (*f32)[0]) EXPECT_EQ(p.dtype, DType::kF32);
+  auto bf16 = ApplyKvCacheDType(layout, KvCacheDType::kBF16, "deepseek_v4");
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_EQ((*bf16)[0][0].dtype, DType::kBF16);
+  EXPECT_FALSE(ApplyKvCacheDType(*f32, KvCacheDType::kBF16, "llama").ok());
+  EXPECT_TRUE(ParseKvCacheDType("auto").ok());
+  EXPECT_FALSE(ParseKvCacheDType("f16").ok());
 }
 
 }  // namespace
