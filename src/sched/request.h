@@ -38,6 +38,9 @@ struct SchedRequest {
   int64_t num_done_tokens = 0;  // computed by finished steps (their blocks are published)    //
                                 // prompt tokens served from the prefix cache at admission
   int64_t num_preemptions = 0;
+  // Speculative decoding: tokens a draft model proposed after the last token, verified with it by
+  // the next step (Scheduler::SetDraft); not part of `tokens` until accepted.
+  std::vector<int32_t> draft;
   RequestState state = RequestState::kWaiting;
   FinishReason finish = FinishReason::kNone;
   std::string error;  // for kError

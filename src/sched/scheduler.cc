@@ -72,6 +72,7 @@ void Scheduler::Preempt(RequestId id, StepPlan& plan) {
   r.num_done_tokens = 0;
   r.num_cached_tokens = 0;
   ++r.num_preemptions;
+  r.draft.clear();
   running_.erase(std::find(running_.begin(), running_.end(), id));
   auto pos = std::find_if(waiting_.begin(), waiting_.end(),
                           [&](RequestId w) { return Before(r, requests_.at(w)); });
@@ -80,7 +81,7 @@ void Scheduler::Preempt(RequestId id, StepPlan& plan) {
   auto it = std::find_if(plan.chunks.begin(), plan.chunks.end(),
                          [&](const ScheduledChunk& c) { return c.id == id; });
   if (it != plan.chunks.end()) {
-    plan.num_tokens -= it->num_tokens;
+    plan.num_tokens -= it->num_tokens + static_cast<int64_t>(it->draft.size());
     plan.chunks.erase(it);
   }
   plan.preempted.push_back(id);
@@ -120,8 +121,16 @@ StepPlan Scheduler::Schedule() {
     if (!decode) n = std::min(n, ChunkLimit(budget, r.num_computed_tokens, plan));
     n = std::min(n, budget);
     if (n <= 0) continue;
+    // Drafts ride along a one-token decode when the request may generate them all.
+    std::vector<int32_t> draft = std::move(r.draft);
+    r.draft.clear();
+    const auto k = static_cast<int64_t>(draft.size());
+    if (!decode || n != 1 || r.num_generated() + 1 + k > r.max_new_tokens || n + k > budget) {
+      draft.clear();
+    }
+    const int64_t with_draft = n + static_cast<int64_t>(draft.size());
     bool self_preempted = false;
-    while (!kv_.Allocate(id, r.num_computed_tokens + n)) {
+    while (!kv_.Allocate(id, r.num_computed_tokens + with_draft)) {
       const RequestId victim = running_.back();
       Preempt(victim, plan);
       if (victim == id) {
@@ -129,7 +138,12 @@ StepPlan Scheduler::Schedule() {
         break;
       }
     }
-    if (!self_preempted) add_chunk(r, n);
+    if (!self_preempted) {
+      add_chunk(r, n);
+      plan.chunks.back().draft = std::move(draft);
+      plan.num_tokens += static_cast<int64_t>(plan.chunks.back().draft.size());
+      budget -= static_cast<int64_t>(plan.chunks.back().draft.size());
+    }
   }
 
   // 2. Waiting requests by priority and arrival, while there is room; none after a preemption
@@ -191,6 +205,23 @@ void Scheduler::ResolveSamples(const StepPlan& plan, std::span<const int32_t> sa
     const auto pos = static_cast<size_t>(c.start_pos + c.num_tokens);
     if (pos < tokens.size() && tokens[pos] == kPlaceholderToken) tokens[pos] = token;
   }
+}
+
+void Scheduler::SetDraft(RequestId id, std::vector<int32_t> draft) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.state != RequestState::kRunning) return;
+  it->second.draft = std::move(draft);
+}
+
+void Scheduler::ResolveDraft(const ScheduledChunk& c, std::span<const int32_t> extra,
+                             int64_t num_computed) {
+  auto it = requests_.find(c.id);
+  if (it == requests_.end() || it->second.state != RequestState::kRunning) return;
+  SchedRequest& r = it->second;
+  // Only while the step's token is the last one (the request was not preempted since).
+  if (r.num_tokens() != c.start_pos + c.num_tokens + 1 || r.has_placeholder()) return;
+  r.tokens.insert(r.tokens.end(), extra.begin(), extra.end());
+  r.num_computed_tokens = std::min(num_computed, r.num_tokens() - 1);
 }
 
 void Scheduler::OnStepDone(const StepPlan& plan) {

@@ -36,6 +36,9 @@ struct ScheduledChunk {
   int64_t start_pos = 0;  // position of the first token of the chunk
   int64_t num_tokens = 0;
   bool sample = false;  // the chunk ends at the request's last known token: sample next
+  // Draft tokens computed after the chunk's tokens (at start_pos + num_tokens, ...) to be verified:
+  // not counted in num_tokens nor in the request's computed tokens until ResolveDraft.
+  std::vector<int32_t> draft;
 };
 
 struct StepPlan {
@@ -64,6 +67,14 @@ class Scheduler {
   // finishes requests that reached max_new_tokens.
   void ResolveSamples(const StepPlan& plan, std::span<const int32_t> sampled);
   void OnStepDone(const StepPlan& plan);
+  // Speculative decoding. SetDraft proposes tokens to follow the request's last token; the next
+  // step computes them after it (a decode of one token whose request may generate them all, else
+  // they are dropped). Once that step ran and ResolveSamples wrote its first token, ResolveDraft
+  // appends the `extra` tokens the verification emitted after it and sets the computed count to
+  // `num_computed` (at most the accepted tokens: rejected drafts' KV is overwritten later).
+  void SetDraft(RequestId id, std::vector<int32_t> draft);
+  void ResolveDraft(const ScheduledChunk& chunk, std::span<const int32_t> extra,
+                    int64_t num_computed);
   // Ends a request (stop condition, abort, error): frees its blocks.
   void Finish(RequestId id, FinishReason reason, std::string error = {});
 
