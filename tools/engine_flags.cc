@@ -43,6 +43,9 @@ void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
         ->capture_default_str();
     cmd.add_option("--cost-profile", o.cost_profile,
                    "file to load the step cost model from, or save it to once fitted");
+    cmd.add_option("--num-speculative-tokens", o.num_speculative_tokens,
+                   "draft tokens per decode step from the model's MTP layer (0 = off, 1)")
+        ->capture_default_str();
   }
   if (sets & kServingFlags) {
     cmd.add_option("--max-num-seqs", o.max_num_seqs, "requests running at once at most")

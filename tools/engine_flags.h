@@ -12,7 +12,8 @@ enum EngineFlagSet : unsigned {
   kModelFlags = 1,     // -m/--model, --f32-activations, --device
   kThreadFlags = 2,    // -t/--threads
   kCacheFlags = 4,     // --kv-cache-mib, --block-size, --no-prefix-cache
-  kBatchingFlags = 8,  // --max-batched-tokens, --step-time-budget-ms, --cost-profile
+  kBatchingFlags = 8,  // --max-batched-tokens, --step-time-budget-ms, --cost-profile,
+                       // --num-speculative-tokens
   kServingFlags = 16,  // --max-num-seqs, --max-model-len
   kAllEngineFlags = 31,
 };

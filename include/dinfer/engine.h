@@ -44,6 +44,11 @@ struct EngineOptions {
   // multiplied by FP8 GEMMs with activations quantized per token (the embedding and LM head stay
   // bf16).
   std::string quantization = "none";
+  // Speculative decoding: tokens the model's draft (MTP) layer proposes per decode step, verified
+  // by the next step (0: off; 1: DeepSeek-V4's MTP layer). Models without a draft layer refuse
+  // it. CPU only; greedy requests without penalties, grammar or logprobs speculate, the others
+  // decode as usual; the engine steps synchronously while it is on.
+  int num_speculative_tokens = 0;
 };
 
 // Structured output: the generated text must follow a JSON Schema ("json_schema"), be any JSON
@@ -142,6 +147,8 @@ struct EngineStatsSnapshot {
   int64_t prompt_tokens = 0, generated_tokens = 0, preemptions = 0;
   double kv_usage = 0.0;                        // fraction of KV blocks in use
   int64_t prefix_queries = 0, prefix_hits = 0;  // prompt tokens looked up / found cached
+  // Speculative decoding: draft tokens verified and accepted (acceptance rate = accepted / draft).
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0;
 };
 
 class Engine {

@@ -119,6 +119,7 @@ class EngineImpl final : public Engine {
     c.scheduler.max_model_len =
         o.max_model_len > 0 ? o.max_model_len : lm_.config.max_position_embeddings;
     max_model_len_ = c.scheduler.max_model_len;
+    c.num_speculative_tokens = o.num_speculative_tokens;
     core_ = std::make_unique<EngineCore>(*lm_.model, c);
     if (!core_->runner().status().ok()) return;  // Create reports it; no loop runs
     // Servers tokenize rendered chats on their own threads; long prompts spread over this pool.
@@ -335,6 +336,8 @@ class EngineImpl final : public Engine {
       stats_.kv_usage = s.kv.usage;
       stats_.prefix_queries = s.kv.prefix_queries;
       stats_.prefix_hits = s.kv.prefix_hits;
+      stats_.draft_tokens = s.draft_tokens;
+      stats_.accepted_draft_tokens = s.accepted_draft_tokens;
     }
     // Requests still open when the engine stops end as aborted.
     for (auto& [id, entry] : streams_) {
@@ -380,6 +383,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
     return InvalidArgument("kv_cache_scale must be positive, got {}", options.kv_cache_scale);
   }
   DINFER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(options.model, lo));
+  EngineConfig check;
+  check.device = device;
+  check.num_speculative_tokens = options.num_speculative_tokens;
+  DINFER_RETURN_IF_ERROR(EngineCore::CheckSpeculation(*lm.model, check));
   auto engine = std::make_unique<EngineImpl>(std::move(lm), options, device, kv_cache_dtype);
   if (!engine->runner_status().ok()) return engine->runner_status();
   return std::unique_ptr<Engine>(std::move(engine));

@@ -159,7 +159,16 @@ EngineCore::EngineCore(Model& model, const EngineConfig& config)
       seed_counter_(
           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {
   device_sampling_ = config.device_sampling && runner_.SupportsDeviceSampling();
-  if (config.async_scheduling) executor_ = std::make_unique<Executor>(*this);
+  if (config.num_speculative_tokens > 0) {
+    if (Status s = CheckSpeculation(model, config); s.ok()) {
+      // Verification decides a step's token count, which the next plan needs: no overlap.
+      speculative_ = true;
+      config_.async_scheduling = false;
+    } else {
+      log::Error("speculative decoding is off: {}", s.message());
+    }
+  }
+  if (config_.async_scheduling) executor_ = std::make_unique<Executor>(*this);
   if (kv_.num_groups() > 1) LogKvGroups(model, config);
   if (config.scheduler.step_time_budget_s > 0) {
     StatusOr<sched::CostModel> model = Internal("no cost model");
@@ -178,6 +187,26 @@ EngineCore::EngineCore(Model& model, const EngineConfig& config)
                 model.status().message());
     }
   }
+}
+
+Status EngineCore::CheckSpeculation(const Model& model, const EngineConfig& config) {
+  const int k = config.num_speculative_tokens;
+  if (k == 0) return OkStatus();
+  if (k < 0) return InvalidArgument("num_speculative_tokens must be at least 0, got {}", k);
+  if (!model.has_draft_layer()) {
+    return InvalidArgument(
+        "speculative decoding (num_speculative_tokens {}) needs a model with a draft (MTP) layer; "
+        "{} has none: set it to 0",
+        k, model.config().arch);
+  }
+  if (k > 1) {
+    return InvalidArgument(
+        "num_speculative_tokens {}: the draft (MTP) layer proposes one token per step; use 1", k);
+  }
+  if (config.device != Device::kCpu) {
+    return Unimplemented("speculative decoding runs on the CPU only (--device cpu)");
+  }
+  return OkStatus();
 }
 
 Status EngineCore::AddRequest(int64_t id, std::vector<int32_t> prompt,
@@ -217,6 +246,9 @@ Status EngineCore::AddRequest(int64_t id, std::vector<int32_t> prompt,
   live.options = options;
   live.sampler = std::move(sampler);
   live.matcher = std::move(matcher);
+  live.speculate = speculative_ && sp.temperature == 0.0 && sp.repetition_penalty == 1.0 &&
+                   sp.presence_penalty == 0.0 && sp.frequency_penalty == 0.0 &&
+                   sp.min_tokens == 0 && sp.logprobs < 0 && !live.matcher;
   live_.emplace(id, std::move(live));
   return OkStatus();
 }
@@ -325,6 +357,8 @@ EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
     const sched::SchedRequest* r = scheduler_.Find(c.id);
     const auto first = r->tokens.begin() + c.start_pos;
     job.tokens.emplace_back(first, first + c.num_tokens);
+    job.tokens.back().insert(job.tokens.back().end(), c.draft.begin(), c.draft.end());
+    if (speculative_) job.next.emplace_back(first + 1, first + c.num_tokens + 1);
     const auto table = kv_.BlockTable(c.id);
     job.tables.emplace_back(table.begin(), table.end());
     SeqChunk s;
@@ -341,10 +375,14 @@ EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
       job.group_tables.push_back(std::move(groups));
       s.group_tables = job.group_tables.back();
     }
-    s.logits = c.sample ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone;
+    s.logits = !c.draft.empty() ? SeqChunk::Logits::kAll
+               : c.sample       ? SeqChunk::Logits::kLast
+                                : SeqChunk::Logits::kNone;
     job.chunks.push_back(s);
     if (c.sample) {
       const Live& live = live_.at(c.id);
+      job.drafts.push_back(c.draft);
+      job.speculate.push_back(live.speculate);
       job.samplers.push_back(live.sampler);
       job.matchers.push_back(live.matcher);
       // This step's token goes to position start + count; the ones before it were generated.
@@ -383,9 +421,11 @@ EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
   }
   const int64_t vocab = model_.config().vocab_size;
   result.errors.resize(job.samplers.size());
+  int64_t row = 0;  // a chunk with drafts has a row per token, the others one
   for (size_t i = 0; i < job.samplers.size(); ++i) {
     sample::Sampler& s = *job.samplers[i];
-    float* row_data = logits->as<float>() + static_cast<int64_t>(i) * vocab;
+    float* row_data = logits->as<float>() + row * vocab;
+    row += speculative_ ? 1 + static_cast<int64_t>(job.drafts[i].size()) : 1;
     if (job.matchers[i]) {
       // Tokens the grammar does not allow (and ids past the tokenizer's vocabulary) get -inf.
       const int64_t known = job.matchers[i]->vocab_size();
@@ -412,7 +452,72 @@ EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
       result.sampled.push_back(s.Sample(row));
     }
   }
+  if (speculative_) result.status = VerifyAndDraft(job, *logits, result);
   return result;
+}
+
+Status EngineCore::VerifyAndDraft(const StepJob& job, const TensorView& logits,
+                                  StepResult& result) {
+  const int64_t vocab = model_.config().vocab_size;
+  const float* all = logits.as<float>();
+  result.extra.assign(job.samplers.size(), {});
+  result.proposals.assign(job.samplers.size(), {});
+  // Greedy verification: a draft is accepted while the target's token before it equals it; the
+  // row after an accepted draft gives one more token. Stops and the token limit end the run.
+  int64_t first_row = 0;
+  for (size_t i = 0; i < job.samplers.size(); ++i) {
+    const std::vector<int32_t>& draft = job.drafts[i];
+    const auto& stops = job.samplers[i]->params().stop_token_ids;
+    int32_t last = result.sampled[i];
+    for (size_t j = 0; j < draft.size() && result.errors[i].empty(); ++j) {
+      const bool stop = std::find(stops.begin(), stops.end(), last) != stops.end();
+      const auto emitted = static_cast<int64_t>(result.extra[i].size()) + 1;
+      if (last != draft[j] || stop || emitted >= job.remaining[i]) break;
+      const float* r = all + (first_row + static_cast<int64_t>(j) + 1) * vocab;
+      last = job.samplers[i]->Sample(std::span<const float>(r, static_cast<size_t>(vocab)));
+      result.extra[i].push_back(last);
+    }
+    first_row += 1 + static_cast<int64_t>(draft.size());
+  }
+  // The draft layer over every row of the forward pass (its KV must hold every position): row t
+  // takes the token after token t, the sampled or accepted one at the end of a sampling chunk.
+  std::vector<std::vector<int32_t>> next = job.next;
+  std::vector<SeqChunk> chunks = job.chunks;
+  std::vector<int64_t> sampling(chunks.size(), -1);     // per chunk: its sampling index, or -1
+  std::vector<int64_t> wanted(job.samplers.size(), 0);  // per sampling chunk: its draft's row
+  size_t si = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    std::vector<int32_t>& n = next[c];
+    if (chunks[c].logits != SeqChunk::Logits::kNone) {
+      sampling[c] = static_cast<int64_t>(si);
+      const size_t base = n.size() - 1;  // the sampled token's slot, before the drafts
+      n.resize(chunks[c].tokens.size());
+      const std::vector<int32_t>& extra = result.extra[si];
+      n[base] = result.sampled[si];
+      for (size_t j = 0; j < extra.size(); ++j) n[base + 1 + j] = extra[j];
+      for (size_t j = base + 1 + extra.size(); j < n.size(); ++j) n[j] = n[base + extra.size()];
+      wanted[si] = chunks[c].logits == SeqChunk::Logits::kAll
+                       ? static_cast<int64_t>(base + extra.size())
+                       : 0;
+      if (!job.speculate[si] || !result.errors[si].empty()) {
+        chunks[c].logits = SeqChunk::Logits::kNone;
+      }
+      ++si;
+    }
+    chunks[c].tokens = n;
+  }
+  DINFER_ASSIGN_OR_RETURN(const TensorView draft_logits, runner_.ExecuteDraft(chunks));
+  int64_t row = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    if (chunks[c].logits == SeqChunk::Logits::kNone) continue;
+    const auto i = static_cast<size_t>(sampling[c]);
+    const float* r = draft_logits.as<float>() + (row + wanted[i]) * vocab;
+    result.proposals[i] = {static_cast<int32_t>(std::max_element(r, r + vocab) - r)};
+    row += chunks[c].logits == SeqChunk::Logits::kAll
+               ? static_cast<int64_t>(chunks[c].tokens.size())
+               : 1;
+  }
+  return OkStatus();
 }
 
 namespace {
@@ -490,8 +595,27 @@ void EngineCore::Resolve(const sched::StepPlan& plan, const StepResult& result) 
   for (const auto& c : plan.chunks) {
     if (!c.sample) continue;
     auto it = live_.find(c.id);
+    if (speculative_ && it != live_.end()) {
+      const std::vector<int32_t>& extra = result.extra[i];
+      if (!c.draft.empty()) {
+        stats_.draft_tokens += static_cast<int64_t>(c.draft.size());
+        stats_.accepted_draft_tokens += static_cast<int64_t>(extra.size());
+      }
+      // KV is valid up to the first rejected draft. Rewriting a position does not undo what it
+      // added to state kept per block (DeepSeek-V4's compressors keep the state after each
+      // block's last computed token), so a rejection inside a block recomputes that block from
+      // its start, which reads only the state of the blocks before it.
+      const int64_t valid = c.start_pos + c.num_tokens + static_cast<int64_t>(extra.size());
+      int64_t computed = valid;
+      if (extra.size() < c.draft.size()) computed = valid / config_.block_size * config_.block_size;
+      scheduler_.ResolveDraft(c, extra, computed);
+      scheduler_.SetDraft(c.id, result.proposals[i]);
+    }
     if (it != live_.end()) {
       it->second.sampler->Accept(result.sampled[i]);
+      if (speculative_) {
+        for (int32_t t : result.extra[i]) it->second.sampler->Accept(t);
+      }
       // Masked sampling only draws allowed tokens; the matcher follows them.
       if (structured::Matcher* m = it->second.matcher.get(); m && result.errors[i].empty()) {
         if (!m->AcceptToken(result.sampled[i])) {
@@ -521,10 +645,13 @@ void EngineCore::PostProcess(const sched::StepPlan& plan, const StepResult& resu
   }
   scheduler_.OnStepDone(plan);
   stats_.generated_tokens += static_cast<int64_t>(result.sampled.size());
+  for (const auto& extra : result.extra)
+    stats_.generated_tokens += static_cast<int64_t>(extra.size());
   size_t sample_index = 0;
   for (const auto& c : plan.chunks) {
     if (!c.sample) continue;
-    const std::string& error = result.errors[sample_index++];
+    const size_t index = sample_index++;
+    const std::string& error = result.errors[index];
     const sched::SchedRequest* r = scheduler_.Find(c.id);
     auto it = live_.find(c.id);
     if (r == nullptr || it == live_.end()) continue;
@@ -533,7 +660,10 @@ void EngineCore::PostProcess(const sched::StepPlan& plan, const StepResult& resu
       FinishRequest(c.id, FinishReason::kError, error.empty() ? live.grammar_error : error, out);
       continue;
     }
-    const int64_t pos = c.start_pos + c.num_tokens;  // where this step's token went
+    // Where this step's last token went (verified drafts emit more than one; only the last can
+    // be a stop token).
+    const int64_t pos = c.start_pos + c.num_tokens +
+                        (speculative_ ? static_cast<int64_t>(result.extra[index].size()) : 0);
     const int32_t token = r->tokens[static_cast<size_t>(pos)];
     const auto& stops = live.options.stop_token_ids;
     const bool stop =

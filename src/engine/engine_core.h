@@ -48,6 +48,10 @@ struct EngineConfig {
   // On CUDA: masks, penalties and sampling run on the device and only tokens (and logprobs)
   // come back (ModelRunner::ExecuteAndSample); false copies logits to the host and samples there.
   bool device_sampling = true;
+  // Speculative decoding with the model's draft (MTP) layer: draft tokens per decode step (0: off,
+  // 1: the MTP layer's one). CheckSpeculation says whether the model and options allow it; the
+  // step loop then runs synchronously.
+  int num_speculative_tokens = 0;
 };
 
 struct RequestOptions {
@@ -82,12 +86,17 @@ struct EngineStats {
   int64_t running = 0, waiting = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;
   int64_t preemptions = 0;
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding: verified drafts
   kv::KvCacheStats kv;
 };
 
 class EngineCore {
  public:
+  // A config that CheckSpeculation refuses runs without speculation (and logs why).
   EngineCore(Model& model, const EngineConfig& config);
+  // Whether config.num_speculative_tokens can be served with this model: it needs a draft layer
+  // (which proposes one token per step) and the CPU runner.
+  static Status CheckSpeculation(const Model& model, const EngineConfig& config);
 
   Status AddRequest(int64_t id, std::vector<int32_t> prompt, const RequestOptions& options);
   // Aborts a waiting or running request; its delta (kAborted) comes with the next Step().
@@ -112,6 +121,9 @@ class EngineCore {
     std::string grammar_error;  // the matcher refused a sampled token
     size_t reported = 0;        // generated tokens already reported
     std::vector<sample::SampleResult> logprobs;  // of generated tokens not yet reported
+    // Gets draft tokens: greedy, and nothing that depends on the accepted tokens before a draw
+    // (penalties, min_tokens, grammar) or reports per-token logprobs.
+    bool speculate = false;
   };
   // What one step computes, copied out of the scheduler so that it can plan the next one.
   struct StepJob {
@@ -122,12 +134,20 @@ class EngineCore {
     std::vector<std::shared_ptr<sample::Sampler>> samplers;      // one per sampling chunk
     std::vector<std::shared_ptr<structured::Matcher>> matchers;  // per sampling chunk, or null
     std::vector<int64_t> remaining;  // per sampling chunk: tokens it may still generate
+    // Speculative decoding: per chunk, the tokens that follow its tokens (the draft layer's
+    // input; a sampled one is filled in after sampling); per sampling chunk, its draft tokens
+    // (verified this step; its logits are then every row's).
+    std::vector<std::vector<int32_t>> next, drafts;
+    std::vector<bool> speculate;  // per sampling chunk: propose a draft for the next step
   };
   struct StepResult {
     Status status;
     std::vector<int32_t> sampled;
     std::vector<sample::SampleResult> logprobs;  // per sampled token, when its request asks
     std::vector<std::string> errors;  // per sampled token: why its request failed alone, or ""
+    // Speculative decoding, per sampling chunk: the accepted draft tokens' successors emitted
+    // after `sampled` (the accepted count is extra.size()), and the next draft (empty: none).
+    std::vector<std::vector<int32_t>> extra, proposals;
   };
   // Makes a finished step's samples final: writes them over the placeholders and feeds them to
   // the samplers' penalty state, before the next step samples.
@@ -143,6 +163,8 @@ class EngineCore {
                             std::future<void>& masking);
   void PostProcess(const sched::StepPlan& plan, const StepResult& result,
                    std::vector<TokenDelta>& out);
+  // Verifies the drafts of a finished forward pass and runs the draft layer over its rows.
+  Status VerifyAndDraft(const StepJob& job, const TensorView& logits, StepResult& result);
 
   EngineConfig config_;
   Model& model_;
@@ -156,6 +178,7 @@ class EngineCore {
   std::unique_ptr<Executor> executor_;
   std::optional<sched::StepPlan> inflight_;
   bool device_sampling_ = false;
+  bool speculative_ = false;
 };
 
 }  // namespace dinfer

@@ -1,0 +1,327 @@
+// Speculative decoding with DeepSeek-V4's MTP layer as the draft: with greedy sampling the engine
+// emits exactly the tokens it emits without speculation, in batches of mixed lengths, with prefix
+// cache hits and with preemption; verification accepts some drafts and reports how many.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "base/mapped_file.h"
+#include "engine/engine_core.h"
+#include "model/loader.h"
+
+namespace dinfer {
+namespace {
+
+std::string Dir(const std::string& variant) {
+  return std::string(DINFER_SOURCE_DIR) + "/tests/data/models/" + variant;
+}
+
+// The fixture's prompt, and prompts of other lengths made from it.
+std::vector<std::vector<int32_t>> Prompts(const Model& model) {
+  std::vector<int32_t> base;
+  const int64_t vocab = model.config().vocab_size;
+  for (int64_t i = 0; i < 64; ++i) base.push_back(static_cast<int32_t>((i * 37 + 11) % vocab));
+  std::vector<std::vector<int32_t>> out;
+  for (size_t n : {64u, 9u, 33u, 50u, 17u}) out.emplace_back(base.begin(), base.begin() + n);
+  // A repeated pattern, which the draft layer predicts more often.
+  std::vector<int32_t> repeated;
+  for (int i = 0; i < 40; ++i) repeated.push_back(static_cast<int32_t>((100 + i % 5) % vocab));
+  out.push_back(repeated);
+  return out;
+}
+
+struct Outcome {
+  std::map<int64_t, std::vector<int32_t>> tokens;
+  EngineStats stats;
+};
+
+// Runs every prompt (ids 1, 2, ...) with greedy sampling: all at once, or one after the other.
+Outcome RunAll(Model& model, const EngineConfig& cfg,
+               const std::vector<std::vector<int32_t>>& prompts, bool together) {
+  EngineCore core(model, cfg);
+  RequestOptions greedy;
+  greedy.sampling.temperature = 0.0;
+  greedy.ignore_eos = true;
+  Outcome out;
+  auto drain = [&] {
+    while (core.HasWork()) {
+      for (const TokenDelta& d : core.Step()) {
+        EXPECT_NE(d.finish, FinishReason::kError) << d.error;
+        auto& t = out.tokens[d.request_id];
+        t.insert(t.end(), d.tokens.begin(), d.tokens.end());
+      }
+      EXPECT_TRUE(core.kv().CheckInvariants().ok());
+    }
+  };
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    greedy.max_tokens = 6 + static_cast<int64_t>(i * 5 % 13);
+    EXPECT_TRUE(core.AddRequest(static_cast<int64_t>(i) + 1, prompts[i], greedy).ok());
+    if (!together) drain();
+  }
+  drain();
+  out.stats = core.Stats();
+  return out;
+}
+
+class SpeculativeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto lm = LoadModel(Dir("deepseek_v4"), LoadOptions{false, false});
+    ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+    lm_ = new LoadedModel(std::move(*lm));
+  }
+  static void TearDownTestSuite() {
+    delete lm_;
+    lm_ = nullptr;
+  }
+  static LoadedModel* lm_;
+};
+LoadedModel* SpeculativeTest::lm_ = nullptr;
+
+TEST_F(SpeculativeTest, GreedyOutputsMatchDecodingWithoutSpeculation) {
+  Model& model = *lm_->model;
+  ASSERT_TRUE(model.has_draft_layer());
+  const auto prompts = Prompts(model);
+  struct Variant {
+    int64_t block_size, num_kv_blocks, max_batched;
+    bool caching, together;
+  };
+  const Variant variants[] = {
+      {16, 64, 64, true, true},   // a batch of mixed lengths
+      {4, 200, 27, true, false},  // one after the other: prefix cache hits
+      {4, 200, 19, false, true},  // blocks of 4 without the prefix cache
+      {4, 30, 19, true, true},    // a cache too small for all: preemption
+      {16, 9, 64, false, true},   // preemption with blocks of 16
+  };
+  int64_t drafts = 0, accepted = 0;
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(::testing::Message() << "block " << v.block_size << " blocks " << v.num_kv_blocks
+                                      << " caching " << v.caching << " together " << v.together);
+    EngineConfig cfg;
+    cfg.threads = 2;
+    cfg.block_size = v.block_size;
+    cfg.num_kv_blocks = v.num_kv_blocks;
+    cfg.enable_prefix_caching = v.caching;
+    cfg.kv_cache_dtype = KvCacheDType::kF32;
+    cfg.scheduler.max_num_batched_tokens = v.max_batched;
+    const Outcome plain = RunAll(model, cfg, prompts, v.together);
+    cfg.num_speculative_tokens = 1;
+    const Outcome spec = RunAll(model, cfg, prompts, v.together);
+    ASSERT_EQ(plain.tokens.size(), prompts.size());
+    for (const auto& [id, tokens] : plain.tokens) {
+      EXPECT_EQ(spec.tokens.at(id), tokens) << "request " << id;
+    }
+    EXPECT_EQ(spec.stats.generated_tokens, plain.stats.generated_tokens);
+    EXPECT_GT(spec.stats.draft_tokens, 0);
+    EXPECT_LE(spec.stats.accepted_draft_tokens, spec.stats.draft_tokens);
+    if (v.num_kv_blocks < 64) EXPECT_GT(spec.stats.preemptions, 0);
+    if (v.caching && !v.together) EXPECT_GT(spec.stats.kv.prefix_hits, 0);
+    std::printf("block %lld: %lld of %lld drafts accepted, %lld steps (%lld without)\n",
+                static_cast<long long>(v.block_size),
+                static_cast<long long>(spec.stats.accepted_draft_tokens),
+                static_cast<long long>(spec.stats.draft_tokens),
+                static_cast<long long>(spec.stats.steps),
+                static_cast<long long>(plain.stats.steps));
+    drafts += spec.stats.draft_tokens;
+    accepted += spec.stats.accepted_draft_tokens;
+  }
+  // The tiny random model's MTP layer is no predictor (its transformers fixture's MTP rows never
+  // give the token after next either), so drafts are mostly rejected: AcceptedDraftsGiveTheSame-
+  // Tokens covers acceptance.
+  std::printf("acceptance rate %.3f (%lld of %lld)\n",
+              static_cast<double>(accepted) / static_cast<double>(drafts),
+              static_cast<long long>(accepted), static_cast<long long>(drafts));
+}
+
+// Sampled requests (temperature > 0) and requests with penalties decode as usual next to
+// speculating ones, and give the same tokens as without speculation.
+TEST_F(SpeculativeTest, OnlyGreedyRequestsSpeculate) {
+  Model& model = *lm_->model;
+  const auto prompts = Prompts(model);
+  std::map<int64_t, std::vector<int32_t>> got[2];
+  for (int k : {0, 1}) {
+    EngineConfig cfg;
+    cfg.threads = 2;
+    cfg.num_kv_blocks = 64;
+    cfg.num_speculative_tokens = k;
+    EngineCore core(model, cfg);
+    RequestOptions sampled;
+    sampled.sampling.temperature = 0.8;
+    sampled.sampling.seed = 7;
+    sampled.has_seed = true;
+    sampled.max_tokens = 10;
+    sampled.ignore_eos = true;
+    RequestOptions penalized = sampled;
+    penalized.sampling.temperature = 0.0;
+    penalized.sampling.repetition_penalty = 1.3;
+    RequestOptions greedy = sampled;
+    greedy.sampling.temperature = 0.0;
+    ASSERT_TRUE(core.AddRequest(1, prompts[0], sampled).ok());
+    ASSERT_TRUE(core.AddRequest(2, prompts[1], penalized).ok());
+    ASSERT_TRUE(core.AddRequest(3, prompts[5], greedy).ok());
+    while (core.HasWork()) {
+      for (const TokenDelta& d : core.Step()) {
+        auto& t = got[k][d.request_id];
+        t.insert(t.end(), d.tokens.begin(), d.tokens.end());
+      }
+    }
+    if (k == 1) EXPECT_GT(core.Stats().draft_tokens, 0);
+  }
+  EXPECT_EQ(got[0], got[1]);
+}
+
+TEST_F(SpeculativeTest, StopTokensEndTheOutputAtTheFirstOne) {
+  Model& model = *lm_->model;
+  const auto prompts = Prompts(model);
+  EngineConfig cfg;
+  cfg.threads = 2;
+  cfg.num_kv_blocks = 64;
+  RequestOptions greedy;
+  greedy.sampling.temperature = 0.0;
+  greedy.max_tokens = 16;
+  std::vector<int32_t> reference;
+  {
+    EngineCore core(model, cfg);
+    greedy.ignore_eos = true;
+    ASSERT_TRUE(core.AddRequest(1, prompts[5], greedy).ok());
+    while (core.HasWork()) {
+      for (const TokenDelta& d : core.Step())
+        reference.insert(reference.end(), d.tokens.begin(), d.tokens.end());
+    }
+  }
+  ASSERT_GE(reference.size(), 4u);
+  // Stop on each generated token in turn: the output ends at its first occurrence.
+  for (size_t stop_at = 1; stop_at < reference.size(); stop_at += 3) {
+    cfg.num_speculative_tokens = 1;
+    EngineCore core(model, cfg);
+    greedy.ignore_eos = false;
+    greedy.stop_token_ids = {reference[stop_at]};
+    ASSERT_TRUE(core.AddRequest(1, prompts[5], greedy).ok());
+    std::vector<int32_t> tokens;
+    FinishReason finish = FinishReason::kNone;
+    while (core.HasWork()) {
+      for (const TokenDelta& d : core.Step()) {
+        tokens.insert(tokens.end(), d.tokens.begin(), d.tokens.end());
+        if (d.finish != FinishReason::kNone) finish = d.finish;
+      }
+    }
+    const auto first = std::find(reference.begin(), reference.end(), reference[stop_at]);
+    EXPECT_EQ(tokens, std::vector<int32_t>(reference.begin(), first + 1)) << "stop at " << stop_at;
+    EXPECT_EQ(finish, FinishReason::kStop);
+  }
+}
+
+// The DeepSeek-V4 model with a draft that knows the greedy continuation of one sequence: it runs
+// the real MTP layer (its KV stays as in real use) and then, for rows whose input token is the
+// sequence's, puts the logits on the sequence's next token, except at every third position (where
+// it keeps the MTP layer's guess, which the tiny random model rarely gets right). Verification then
+// accepts and rejects drafts at many places.
+class OracleDraft : public Model {
+ public:
+  OracleDraft(Model& inner, std::vector<int32_t> sequence)
+      : Model(inner.config()), inner_(inner), sequence_(std::move(sequence)) {}
+  KvLayout KvLayoutFor(int64_t block_size) const override { return inner_.KvLayoutFor(block_size); }
+  std::vector<KvGroup> KvGroupsFor(int64_t block_size) const override {
+    return inner_.KvGroupsFor(block_size);
+  }
+  Status Forward(const ops::OpContext& ctx, const ForwardInput& in, const KvStorage& kv,
+                 const TensorView& logits) override {
+    return inner_.Forward(ctx, in, kv, logits);
+  }
+  bool has_draft_layer() const override { return true; }
+  Status ForwardDraft(const ops::OpContext& ctx, const ForwardInput& in, const KvStorage& kv,
+                      const TensorView& logits) override {
+    DINFER_RETURN_IF_ERROR(inner_.ForwardDraft(ctx, in, kv, logits));
+    const int64_t vocab = config().vocab_size;
+    for (size_t i = 0; i < in.logits_rows.size(); ++i) {
+      const int32_t t = in.logits_rows[i];
+      const auto pos = static_cast<size_t>(in.meta.positions[static_cast<size_t>(t)]);
+      if (pos + 2 >= sequence_.size() || pos % 3 == 0) continue;
+      if (in.tokens[static_cast<size_t>(t)] != sequence_[pos + 1]) continue;
+      float* row = logits.as<float>() + static_cast<int64_t>(i) * vocab;
+      std::fill(row, row + vocab, -1.0f);
+      row[sequence_[pos + 2]] = 1.0f;
+    }
+    return OkStatus();
+  }
+
+ private:
+  Model& inner_;
+  std::vector<int32_t> sequence_;
+};
+
+TEST_F(SpeculativeTest, AcceptedDraftsGiveTheSameTokens) {
+  Model& model = *lm_->model;
+  const std::vector<int32_t> prompt = Prompts(model)[3];
+  struct Variant {
+    int64_t block_size, num_kv_blocks, max_batched;
+    bool caching, together;
+  };
+  const Variant variants[] = {
+      {16, 64, 64, true, true},   // three at once
+      {4, 200, 27, true, false},  // one after the other: prefix cache hits
+      {4, 20, 19, true, true},    // a cache too small for all: preemption
+      {16, 8, 64, false, true},   // preemption with blocks of 16
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(::testing::Message() << "block " << v.block_size << " blocks " << v.num_kv_blocks
+                                      << " caching " << v.caching << " together " << v.together);
+    EngineConfig cfg;
+    cfg.threads = 2;
+    cfg.block_size = v.block_size;
+    cfg.num_kv_blocks = v.num_kv_blocks;
+    cfg.enable_prefix_caching = v.caching;
+    cfg.kv_cache_dtype = KvCacheDType::kF32;
+    cfg.scheduler.max_num_batched_tokens = v.max_batched;
+    const std::vector<std::vector<int32_t>> prompts(3, prompt);
+    const Outcome plain = RunAll(model, cfg, prompts, v.together);
+    // Greedy decoding continues every request the same way: the longest is the sequence.
+    std::vector<int32_t> sequence = prompt;
+    for (const auto& [id, tokens] : plain.tokens) {
+      if (prompt.size() + tokens.size() > sequence.size()) {
+        sequence = prompt;
+        sequence.insert(sequence.end(), tokens.begin(), tokens.end());
+      }
+    }
+    OracleDraft oracle(model, sequence);
+    cfg.num_speculative_tokens = 1;
+    const Outcome spec = RunAll(oracle, cfg, prompts, v.together);
+    for (const auto& [id, tokens] : plain.tokens) {
+      EXPECT_EQ(spec.tokens.at(id), tokens) << "request " << id;
+    }
+    EXPECT_GT(spec.stats.accepted_draft_tokens, 0);
+    EXPECT_LT(spec.stats.accepted_draft_tokens, spec.stats.draft_tokens);
+    EXPECT_LT(spec.stats.steps, plain.stats.steps);
+    if (v.num_kv_blocks < 64) EXPECT_GT(spec.stats.preemptions, 0);
+    if (v.caching && !v.together) EXPECT_GT(spec.stats.kv.prefix_hits, 0);
+    std::printf(
+        "oracle draft, block %lld: %lld of %lld drafts accepted, %lld steps (%lld without)\n",
+        static_cast<long long>(v.block_size),
+        static_cast<long long>(spec.stats.accepted_draft_tokens),
+        static_cast<long long>(spec.stats.draft_tokens), static_cast<long long>(spec.stats.steps),
+        static_cast<long long>(plain.stats.steps));
+  }
+}
+
+TEST_F(SpeculativeTest, RefusedWithoutADraftLayerOrWithMoreThanOneToken) {
+  EngineConfig cfg;
+  cfg.num_speculative_tokens = 1;
+  EXPECT_TRUE(EngineCore::CheckSpeculation(*lm_->model, cfg).ok());
+  cfg.num_speculative_tokens = 2;
+  EXPECT_FALSE(EngineCore::CheckSpeculation(*lm_->model, cfg).ok());
+  cfg.num_speculative_tokens = -1;
+  EXPECT_FALSE(EngineCore::CheckSpeculation(*lm_->model, cfg).ok());
+  auto llama = LoadModel(Dir("llama"), LoadOptions{false, false});
+  ASSERT_TRUE(llama.ok()) << llama.status().ToString();
+  cfg.num_speculative_tokens = 1;
+  const Status s = EngineCore::CheckSpeculation(*llama->model, cfg);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("draft (MTP) layer"), std::string::npos) << s.message();
+  cfg.num_speculative_tokens = 0;
+  EXPECT_TRUE(EngineCore::CheckSpeculation(*llama->model, cfg).ok());
+}
+
+}  // namespace
+}  // namespace dinfer
