@@ -232,3 +232,84 @@ TEST(CostModel, FitsAQuadratic) {
 
 }  // namespace
 }  // namespace dinfer::sched
+
+namespace dinfer::sched {
+namespace {
+
+// Speculative decoding: a draft rides along a one-token decode (KV for both tokens), is dropped
+// when the request may not generate it, and the verified outcome sets tokens and computed count.
+TEST(SchedulerDraftTest, DraftsRideAlongDecodesAndResolveSetsTheOutcome) {
+  kv::KvCacheManager kv(kv::KvCacheSpec{16, 4, 0, true});
+  Scheduler sched(SchedulerConfig{}, kv);
+  SchedRequest r;
+  r.id = 1;
+  r.tokens = {10, 11, 12, 13, 14};
+  r.max_new_tokens = 4;
+  ASSERT_TRUE(sched.Add(r).ok());
+  StepPlan plan = sched.Schedule();  // the prompt
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  const std::vector<int32_t> first = {20};
+  sched.ResolveSamples(plan, first);
+  sched.OnStepDone(plan);
+  sched.SetDraft(1, {21});
+
+  plan = sched.Schedule();  // 20 at 5, draft 21 at 6
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].start_pos, 5);
+  EXPECT_EQ(plan.chunks[0].num_tokens, 1);
+  EXPECT_EQ(plan.chunks[0].draft, std::vector<int32_t>{21});
+  EXPECT_EQ(plan.num_tokens, 2);
+  EXPECT_EQ(kv.BlockTable(1).size(), 2u);  // 7 tokens in blocks of 4
+  // Accepted: 21 then 22; 20 and 21 computed.
+  const std::vector<int32_t> accepted = {21};
+  sched.ResolveSamples(plan, accepted);
+  const std::vector<int32_t> extra = {22};
+  sched.ResolveDraft(plan.chunks[0], extra, 7);
+  sched.OnStepDone(plan);
+  const SchedRequest* s = sched.Find(1);
+  EXPECT_EQ(s->tokens, (std::vector<int32_t>{10, 11, 12, 13, 14, 20, 21, 22}));
+  EXPECT_EQ(s->num_computed_tokens, 7);
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+
+  // Three generated, one allowed: the draft is dropped.
+  sched.SetDraft(1, {23});
+  plan = sched.Schedule();
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_TRUE(plan.chunks[0].draft.empty());
+  EXPECT_EQ(plan.num_tokens, 1);
+}
+
+TEST(SchedulerDraftTest, RejectionRollsTheComputedCountBack) {
+  kv::KvCacheManager kv(kv::KvCacheSpec{16, 4, 0, true});
+  Scheduler sched(SchedulerConfig{}, kv);
+  SchedRequest r;
+  r.id = 1;
+  r.tokens = {10, 11, 12, 13, 14};
+  r.max_new_tokens = 8;
+  ASSERT_TRUE(sched.Add(r).ok());
+  StepPlan plan = sched.Schedule();
+  const std::vector<int32_t> first = {20};
+  sched.ResolveSamples(plan, first);
+  sched.OnStepDone(plan);
+  sched.SetDraft(1, {21});
+  plan = sched.Schedule();
+  ASSERT_EQ(plan.chunks[0].draft.size(), 1u);
+  // Rejected: the target gave 30 at 6; the caller recomputes from the block start (4).
+  const std::vector<int32_t> rejected = {30};
+  sched.ResolveSamples(plan, rejected);
+  sched.ResolveDraft(plan.chunks[0], {}, 4);
+  sched.OnStepDone(plan);
+  const SchedRequest* s = sched.Find(1);
+  EXPECT_EQ(s->tokens, (std::vector<int32_t>{10, 11, 12, 13, 14, 20, 30}));
+  EXPECT_EQ(s->num_computed_tokens, 4);
+  plan = sched.Schedule();  // 14, 20, 30 again, no draft (none was set)
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].start_pos, 4);
+  EXPECT_EQ(plan.chunks[0].num_tokens, 3);
+  EXPECT_TRUE(plan.chunks[0].sample);
+  EXPECT_TRUE(plan.chunks[0].draft.empty());
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+}
+
+}  // namespace
+}  // namespace dinfer::sched
