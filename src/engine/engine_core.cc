@@ -383,6 +383,7 @@ EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
       const Live& live = live_.at(c.id);
       job.drafts.push_back(c.draft);
       job.speculate.push_back(live.speculate);
+      job.num_tokens.push_back(c.num_tokens);
       job.samplers.push_back(live.sampler);
       job.matchers.push_back(live.matcher);
       // This step's token goes to position start + count; the ones before it were generated.
@@ -424,8 +425,10 @@ EngineCore::StepResult EngineCore::RunJob(const StepJob& job) {
   int64_t row = 0;  // a chunk with drafts has a row per token, the others one
   for (size_t i = 0; i < job.samplers.size(); ++i) {
     sample::Sampler& s = *job.samplers[i];
-    float* row_data = logits->as<float>() + row * vocab;
-    row += speculative_ ? 1 + static_cast<int64_t>(job.drafts[i].size()) : 1;
+    const bool drafts = speculative_ && !job.drafts[i].empty();
+    const int64_t n = drafts ? job.num_tokens[i] : 1;
+    float* row_data = logits->as<float>() + (row + n - 1) * vocab;
+    row += drafts ? n + static_cast<int64_t>(job.drafts[i].size()) : 1;
     if (job.matchers[i]) {
       // Tokens the grammar does not allow (and ids past the tokenizer's vocabulary) get -inf.
       const int64_t known = job.matchers[i]->vocab_size();
@@ -467,17 +470,18 @@ Status EngineCore::VerifyAndDraft(const StepJob& job, const TensorView& logits,
   int64_t first_row = 0;
   for (size_t i = 0; i < job.samplers.size(); ++i) {
     const std::vector<int32_t>& draft = job.drafts[i];
+    const int64_t n = draft.empty() ? 1 : job.num_tokens[i];  // rows up to the sampled one
     const auto& stops = job.samplers[i]->params().stop_token_ids;
     int32_t last = result.sampled[i];
     for (size_t j = 0; j < draft.size() && result.errors[i].empty(); ++j) {
       const bool stop = std::find(stops.begin(), stops.end(), last) != stops.end();
       const auto emitted = static_cast<int64_t>(result.extra[i].size()) + 1;
       if (last != draft[j] || stop || emitted >= job.remaining[i]) break;
-      const float* r = all + (first_row + static_cast<int64_t>(j) + 1) * vocab;
+      const float* r = all + (first_row + n + static_cast<int64_t>(j)) * vocab;
       last = job.samplers[i]->Sample(std::span<const float>(r, static_cast<size_t>(vocab)));
       result.extra[i].push_back(last);
     }
-    first_row += 1 + static_cast<int64_t>(draft.size());
+    first_row += n + static_cast<int64_t>(draft.size());
   }
   // The draft layer over every row of the forward pass (its KV must hold every position): row t
   // takes the token after token t, the sampled or accepted one at the end of a sampling chunk.

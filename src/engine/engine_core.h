@@ -139,6 +139,8 @@ class EngineCore {
     // (verified this step; its logits are then every row's).
     std::vector<std::vector<int32_t>> next, drafts;
     std::vector<bool> speculate;  // per sampling chunk: propose a draft for the next step
+    // Per sampling chunk: its tokens before the drafts (with drafts, every row has logits).
+    std::vector<int64_t> num_tokens;
   };
   struct StepResult {
     Status status;

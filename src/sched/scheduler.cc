@@ -97,7 +97,7 @@ StepPlan Scheduler::Schedule() {
   int64_t budget = config_.max_num_batched_tokens;
   auto add_chunk = [&](SchedRequest& r, int64_t n) {
     const bool sample = r.num_computed_tokens + n == r.num_tokens();
-    plan.chunks.push_back({r.id, r.num_computed_tokens, n, sample});
+    plan.chunks.push_back({r.id, r.num_computed_tokens, n, sample, {}});
     if (sample) r.tokens.push_back(kPlaceholderToken);
     if (cost_model_) {
       plan.predicted_time_s =
@@ -121,11 +121,12 @@ StepPlan Scheduler::Schedule() {
     if (!decode) n = std::min(n, ChunkLimit(budget, r.num_computed_tokens, plan));
     n = std::min(n, budget);
     if (n <= 0) continue;
-    // Drafts ride along a one-token decode when the request may generate them all.
+    // Drafts ride along a chunk that reaches the last token (a decode, or the recomputation
+    // after a rejected draft) when the request may generate them all.
     std::vector<int32_t> draft = std::move(r.draft);
     r.draft.clear();
     const auto k = static_cast<int64_t>(draft.size());
-    if (!decode || n != 1 || r.num_generated() + 1 + k > r.max_new_tokens || n + k > budget) {
+    if (n != r.num_pending() || r.num_generated() + 1 + k > r.max_new_tokens || n + k > budget) {
       draft.clear();
     }
     const int64_t with_draft = n + static_cast<int64_t>(draft.size());

@@ -68,10 +68,11 @@ class Scheduler {
   void ResolveSamples(const StepPlan& plan, std::span<const int32_t> sampled);
   void OnStepDone(const StepPlan& plan);
   // Speculative decoding. SetDraft proposes tokens to follow the request's last token; the next
-  // step computes them after it (a decode of one token whose request may generate them all, else
-  // they are dropped). Once that step ran and ResolveSamples wrote its first token, ResolveDraft
-  // appends the `extra` tokens the verification emitted after it and sets the computed count to
-  // `num_computed` (at most the accepted tokens: rejected drafts' KV is overwritten later).
+  // step computes them after it (in a chunk that reaches the last token, of a request that may
+  // generate them all; else they are dropped). Once that step ran and ResolveSamples wrote its
+  // first token, ResolveDraft appends the `extra` tokens the verification emitted after it and sets
+  // the computed count to `num_computed` (at most the accepted tokens: rejected drafts' KV is
+  // overwritten later).
   void SetDraft(RequestId id, std::vector<int32_t> draft);
   void ResolveDraft(const ScheduledChunk& chunk, std::span<const int32_t> extra,
                     int64_t num_computed);

@@ -116,8 +116,12 @@ TEST_F(SpeculativeTest, GreedyOutputsMatchDecodingWithoutSpeculation) {
     EXPECT_EQ(spec.stats.generated_tokens, plain.stats.generated_tokens);
     EXPECT_GT(spec.stats.draft_tokens, 0);
     EXPECT_LE(spec.stats.accepted_draft_tokens, spec.stats.draft_tokens);
-    if (v.num_kv_blocks < 64) EXPECT_GT(spec.stats.preemptions, 0);
-    if (v.caching && !v.together) EXPECT_GT(spec.stats.kv.prefix_hits, 0);
+    if (v.num_kv_blocks < 64) {
+      EXPECT_GT(spec.stats.preemptions, 0);
+    }
+    if (v.caching && !v.together) {
+      EXPECT_GT(spec.stats.kv.prefix_hits, 0);
+    }
     std::printf("block %lld: %lld of %lld drafts accepted, %lld steps (%lld without)\n",
                 static_cast<long long>(v.block_size),
                 static_cast<long long>(spec.stats.accepted_draft_tokens),
@@ -167,7 +171,9 @@ TEST_F(SpeculativeTest, OnlyGreedyRequestsSpeculate) {
         t.insert(t.end(), d.tokens.begin(), d.tokens.end());
       }
     }
-    if (k == 1) EXPECT_GT(core.Stats().draft_tokens, 0);
+    if (k == 1) {
+      EXPECT_GT(core.Stats().draft_tokens, 0);
+    }
   }
   EXPECT_EQ(got[0], got[1]);
 }
@@ -294,8 +300,12 @@ TEST_F(SpeculativeTest, AcceptedDraftsGiveTheSameTokens) {
     EXPECT_GT(spec.stats.accepted_draft_tokens, 0);
     EXPECT_LT(spec.stats.accepted_draft_tokens, spec.stats.draft_tokens);
     EXPECT_LT(spec.stats.steps, plain.stats.steps);
-    if (v.num_kv_blocks < 64) EXPECT_GT(spec.stats.preemptions, 0);
-    if (v.caching && !v.together) EXPECT_GT(spec.stats.kv.prefix_hits, 0);
+    if (v.num_kv_blocks < 64) {
+      EXPECT_GT(spec.stats.preemptions, 0);
+    }
+    if (v.caching && !v.together) {
+      EXPECT_GT(spec.stats.kv.prefix_hits, 0);
+    }
     std::printf(
         "oracle draft, block %lld: %lld of %lld drafts accepted, %lld steps (%lld without)\n",
         static_cast<long long>(v.block_size),

@@ -236,8 +236,9 @@ TEST(CostModel, FitsAQuadratic) {
 namespace dinfer::sched {
 namespace {
 
-// Speculative decoding: a draft rides along a one-token decode (KV for both tokens), is dropped
-// when the request may not generate it, and the verified outcome sets tokens and computed count.
+// Speculative decoding: a draft rides along a chunk that reaches the last token (KV for it too), is
+// dropped when the request may not generate it, and the verified outcome sets tokens and computed
+// count.
 TEST(SchedulerDraftTest, DraftsRideAlongDecodesAndResolveSetsTheOutcome) {
   kv::KvCacheManager kv(kv::KvCacheSpec{16, 4, 0, true});
   Scheduler sched(SchedulerConfig{}, kv);
@@ -302,12 +303,14 @@ TEST(SchedulerDraftTest, RejectionRollsTheComputedCountBack) {
   const SchedRequest* s = sched.Find(1);
   EXPECT_EQ(s->tokens, (std::vector<int32_t>{10, 11, 12, 13, 14, 20, 30}));
   EXPECT_EQ(s->num_computed_tokens, 4);
-  plan = sched.Schedule();  // 14, 20, 30 again, no draft (none was set)
+  sched.SetDraft(1, {31});
+  plan = sched.Schedule();  // 14, 20, 30 again, and the new draft after them
   ASSERT_EQ(plan.chunks.size(), 1u);
   EXPECT_EQ(plan.chunks[0].start_pos, 4);
   EXPECT_EQ(plan.chunks[0].num_tokens, 3);
   EXPECT_TRUE(plan.chunks[0].sample);
-  EXPECT_TRUE(plan.chunks[0].draft.empty());
+  EXPECT_EQ(plan.chunks[0].draft, std::vector<int32_t>{31});
+  EXPECT_EQ(plan.num_tokens, 4);
   EXPECT_TRUE(kv.CheckInvariants().ok());
 }
 
