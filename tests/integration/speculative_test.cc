@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
+#include <thread>
 
 #include "base/mapped_file.h"
+#include "dinfer/engine.h"
 #include "engine/engine_core.h"
 #include "model/loader.h"
 
@@ -331,6 +334,48 @@ TEST_F(SpeculativeTest, RefusedWithoutADraftLayerOrWithMoreThanOneToken) {
   EXPECT_NE(s.message().find("draft (MTP) layer"), std::string::npos) << s.message();
   cfg.num_speculative_tokens = 0;
   EXPECT_TRUE(EngineCore::CheckSpeculation(*llama->model, cfg).ok());
+}
+
+// Through the public API: the option is refused for a model without a draft layer, and the
+// engine's stats count the drafts.
+TEST(SpeculativeEngineTest, OptionThroughThePublicApi) {
+  EngineOptions o;
+  o.model = Dir("llama");
+  o.device = "cpu";
+  o.threads = 1;
+  o.kv_cache_mib = 16;
+  o.show_progress = false;
+  o.num_speculative_tokens = 1;
+  auto refused = Engine::Create(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("draft (MTP) layer"), std::string::npos)
+      << refused.status().message();
+
+  o.model = Dir("deepseek_v4");
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  RequestSpec spec;
+  for (int i = 0; i < 20; ++i) spec.prompt_ids.push_back(10 + i);
+  spec.sampling.temperature = 0;
+  spec.sampling.max_tokens = 8;
+  spec.sampling.ignore_eos = true;
+  auto stream = (*engine)->Submit(spec);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  size_t tokens = 0;
+  while (auto out = (*stream)->Next()) {
+    EXPECT_NE(out->finish_reason, "error") << out->error;
+    tokens += out->token_ids.size();
+  }
+  EXPECT_EQ(tokens, 8u);
+  // Stats are refreshed by the engine's loop after each step.
+  EngineStatsSnapshot stats = (*engine)->Stats();
+  for (int i = 0; i < 200 && stats.generated_tokens < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stats = (*engine)->Stats();
+  }
+  EXPECT_GT(stats.draft_tokens, 0);
+  EXPECT_LE(stats.accepted_draft_tokens, stats.draft_tokens);
 }
 
 }  // namespace
