@@ -206,6 +206,17 @@ Status EngineCore::CheckSpeculation(const Model& model, const EngineConfig& conf
   if (config.device != Device::kCpu) {
     return Unimplemented("speculative decoding runs on the CPU only (--device cpu)");
   }
+  // A rejected draft inside a block recomputes the block from its start (Resolve): its queries
+  // must still find the window behind it, which the blocks released so far leave in place when
+  // the window is a multiple of the block size.
+  for (const KvGroup& g : model.KvGroupsFor(config.block_size)) {
+    if (g.sliding_window > 0 && g.sliding_window % g.block_size != 0) {
+      return InvalidArgument(
+          "speculative decoding needs the sliding window ({} tokens) to be a multiple of the KV "
+          "block size ({} tokens)",
+          g.sliding_window, g.block_size);
+    }
+  }
   return OkStatus();
 }
 

@@ -326,6 +326,12 @@ TEST_F(SpeculativeTest, RefusedWithoutADraftLayerOrWithMoreThanOneToken) {
   EXPECT_FALSE(EngineCore::CheckSpeculation(*lm_->model, cfg).ok());
   cfg.num_speculative_tokens = -1;
   EXPECT_FALSE(EngineCore::CheckSpeculation(*lm_->model, cfg).ok());
+  // Blocks of 12 tokens do not tile the 16-token window that a recomputation reads back.
+  cfg.num_speculative_tokens = 1;
+  cfg.block_size = 12;
+  EXPECT_FALSE(EngineCore::CheckSpeculation(*lm_->model, cfg).ok());
+  cfg.block_size = 4;
+  EXPECT_TRUE(EngineCore::CheckSpeculation(*lm_->model, cfg).ok());
   auto llama = LoadModel(Dir("llama"), LoadOptions{false, false});
   ASSERT_TRUE(llama.ok()) << llama.status().ToString();
   cfg.num_speculative_tokens = 1;
