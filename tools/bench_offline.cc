@@ -158,6 +158,13 @@ int RunBenchOffline(const BenchOfflineArgs& a) {
               static_cast<long long>(stats.prefix_hits),
               static_cast<long long>(stats.prefix_queries),
               static_cast<long long>(stats.preemptions));
+  if (stats.draft_tokens > 0) {
+    std::printf("speculative decoding: %lld of %lld draft tokens accepted (%.1f%%)\n",
+                static_cast<long long>(stats.accepted_draft_tokens),
+                static_cast<long long>(stats.draft_tokens),
+                100.0 * static_cast<double>(stats.accepted_draft_tokens) /
+                    static_cast<double>(stats.draft_tokens));
+  }
   if (!a.json.empty()) {
     boost::json::object out{{"engine", "dinfer"},
                             {"model", a.engine.model},
@@ -176,7 +183,9 @@ int RunBenchOffline(const BenchOfflineArgs& a) {
                             {"itl_s", ToJson(t3)},
                             {"prefix_hit_tokens", stats.prefix_hits},
                             {"prefix_query_tokens", stats.prefix_queries},
-                            {"preemptions", stats.preemptions}};
+                            {"preemptions", stats.preemptions},
+                            {"draft_tokens", stats.draft_tokens},
+                            {"accepted_draft_tokens", stats.accepted_draft_tokens}};
     std::ofstream f(a.json);
     f << boost::json::serialize(out) << "\n";
     if (!f) {

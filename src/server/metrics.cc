@@ -113,6 +113,12 @@ std::string Metrics::Render(const EngineStatsSnapshot* stats, int64_t http_in_fl
                                                : 0.0);
   header("dinfer_preemptions_total", "counter", "Requests preempted for lack of KV blocks.");
   out += fmt::format("dinfer_preemptions_total {}\n", stats->preemptions);
+  header("dinfer_spec_draft_tokens_total", "counter",
+         "Speculative decoding: draft tokens verified.");
+  out += fmt::format("dinfer_spec_draft_tokens_total {}\n", stats->draft_tokens);
+  header("dinfer_spec_accepted_tokens_total", "counter",
+         "Speculative decoding: draft tokens accepted.");
+  out += fmt::format("dinfer_spec_accepted_tokens_total {}\n", stats->accepted_draft_tokens);
   header("dinfer_engine_steps_total", "counter", "Engine steps run.");
   out += fmt::format("dinfer_engine_steps_total {}\n", stats->steps);
   return out;
