@@ -3,6 +3,7 @@
 // guided_* fields), and forced tool calls (tool_choice "required" or named). They all become
 // the engine's SamplingParams::structured; the engine compiles the constraint at Submit and
 // refuses what it cannot enforce, naming the feature.
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -69,6 +70,48 @@ void RebaseRefs(json::value& schema, std::string_view base) {
   }
 }
 
+// A tool in the chat shape ({"type": "function", "function": {...}}) or flat (Responses).
+const json::object& ToolFunction(const json::value& tool) {
+  const json::object& o = tool.get_object();
+  return o.contains("function") ? o.at("function").get_object() : o;
+}
+
+bool IsStrict(const json::object& fn) {
+  const json::value* strict = fn.if_contains("strict");
+  return strict != nullptr && strict->is_bool() && strict->get_bool();
+}
+
+// A JSON Schema given as an object (or boolean), or as its JSON text (vLLM takes both); fails
+// `key` of `r` (named `name` in the message) otherwise.
+std::optional<StructuredOutput> SchemaConstraint(FieldReader& r, std::string_view key,
+                                                 std::string_view name, const json::value& v,
+                                                 int max_whitespace) {
+  if (v.is_string())
+    return StructuredOutput{"json_schema", std::string(v.get_string()), {}, max_whitespace};
+  if (IsSchema(v)) return JsonSchema(v, max_whitespace);
+  r.Fail(key, fmt::format("'{}' must be a JSON Schema", name));
+  return std::nullopt;
+}
+
+// A non-empty list of strings; fails `key` of `r` (named `name` in the message) otherwise.
+std::optional<StructuredOutput> ChoiceConstraint(FieldReader& r, std::string_view key,
+                                                 std::string_view name, const json::array& list,
+                                                 int max_whitespace) {
+  StructuredOutput out{"choice", "", {}, max_whitespace};
+  for (const json::value& c : list) {
+    if (!c.is_string()) {
+      r.Fail(key, fmt::format("'{}' must hold strings", name));
+      return std::nullopt;
+    }
+    out.choices.emplace_back(c.get_string());
+  }
+  if (out.choices.empty()) {
+    r.Fail(key, fmt::format("'{}' is empty", name));
+    return std::nullopt;
+  }
+  return out;
+}
+
 }  // namespace
 
 bool ReadJsonSchemaFormat(FieldReader& r, std::string_view param, const json::object& format,
@@ -92,10 +135,7 @@ bool ReadStructuralTagFormat(FieldReader& r, std::string_view param, const json:
 
 bool HasStrictTool(const json::array& tools) {
   for (const json::value& t : tools) {
-    const json::object& o = t.get_object();
-    const json::object& fn = o.contains("function") ? o.at("function").get_object() : o;
-    const json::value* strict = fn.if_contains("strict");
-    if (strict != nullptr && strict->is_bool() && strict->get_bool()) return true;
+    if (IsStrict(ToolFunction(t))) return true;
   }
   return false;
 }
@@ -103,13 +143,10 @@ bool HasStrictTool(const json::array& tools) {
 std::string HermesToolCallTag(const json::array& tools) {
   json::array structures;
   for (const json::value& t : tools) {
-    const json::object& o = t.get_object();
-    const json::object& fn = o.contains("function") ? o.at("function").get_object() : o;
-    const json::value* strict = fn.if_contains("strict");
+    const json::object& fn = ToolFunction(t);
     const json::value* params = fn.if_contains("parameters");
     json::value schema = json::object{{"type", "object"}};
-    if (strict != nullptr && strict->is_bool() && strict->get_bool() && params != nullptr &&
-        IsSchema(*params)) {
+    if (IsStrict(fn) && params != nullptr && IsSchema(*params)) {
       schema = *params;
     }
     std::string begin = "<tool_call>\n{\"name\": ";
@@ -132,12 +169,8 @@ void ReadStructuredOutputs(FieldReader& r, GenerationRequest& req) {
     StructuredOutput out;
     if (const json::value* schema = sr.Get("json")) {
       ++count;
-      if (schema->is_string()) {  // vLLM also takes the schema as a JSON string
-        out = {"json_schema", std::string(schema->get_string()), {}, ws};
-      } else if (IsSchema(*schema)) {
-        out = JsonSchema(*schema, ws);
-      } else {
-        sr.Fail("json", "'structured_outputs.json' must be a JSON Schema");
+      if (auto c = SchemaConstraint(sr, "json", "structured_outputs.json", *schema, ws)) {
+        out = std::move(*c);
       }
     }
     if (auto regex = sr.String("regex")) {
@@ -150,15 +183,9 @@ void ReadStructuredOutputs(FieldReader& r, GenerationRequest& req) {
     }
     if (const json::array* choice = sr.Array("choice")) {
       ++count;
-      out = {"choice", "", {}, ws};
-      for (const json::value& c : *choice) {
-        if (!c.is_string()) {
-          sr.Fail("choice", "'structured_outputs.choice' must hold strings");
-          break;
-        }
-        out.choices.emplace_back(c.get_string());
+      if (auto c = ChoiceConstraint(sr, "choice", "structured_outputs.choice", *choice, ws)) {
+        out = std::move(*c);
       }
-      if (out.choices.empty()) sr.Fail("choice", "'structured_outputs.choice' is empty");
     }
     if (sr.Bool("json_object").value_or(false)) {
       ++count;
@@ -179,7 +206,7 @@ void ReadStructuredOutputs(FieldReader& r, GenerationRequest& req) {
     if (count != 1) {
       r.Fail("structured_outputs",
              fmt::format("'structured_outputs' must give exactly one of json, regex, grammar, "
-                         "choice or json_object; it gives {}",
+                         "choice, json_object or structural_tag; it gives {}",
                          count));
       return;
     }
@@ -187,13 +214,8 @@ void ReadStructuredOutputs(FieldReader& r, GenerationRequest& req) {
   }
   // vLLM's older spellings, one field each.
   if (const json::value* schema = r.Get("guided_json")) {
-    if (schema->is_string()) {
-      SetConstraint(r, req, "guided_json",
-                    {"json_schema", std::string(schema->get_string()), {}, 16});
-    } else if (IsSchema(*schema)) {
-      SetConstraint(r, req, "guided_json", JsonSchema(*schema, 16));
-    } else {
-      r.Fail("guided_json", "'guided_json' must be a JSON Schema");
+    if (auto c = SchemaConstraint(r, "guided_json", "guided_json", *schema, 16)) {
+      SetConstraint(r, req, "guided_json", std::move(*c));
     }
   }
   if (auto regex = r.String("guided_regex")) {
@@ -203,19 +225,9 @@ void ReadStructuredOutputs(FieldReader& r, GenerationRequest& req) {
     SetConstraint(r, req, "guided_grammar", {"grammar", *grammar, {}, 16});
   }
   if (const json::array* choice = r.Array("guided_choice")) {
-    StructuredOutput out{"choice", "", {}, 16};
-    for (const json::value& c : *choice) {
-      if (!c.is_string()) {
-        r.Fail("guided_choice", "'guided_choice' must hold strings");
-        return;
-      }
-      out.choices.emplace_back(c.get_string());
+    if (auto c = ChoiceConstraint(r, "guided_choice", "guided_choice", *choice, 16)) {
+      SetConstraint(r, req, "guided_choice", std::move(*c));
     }
-    if (out.choices.empty()) {
-      r.Fail("guided_choice", "'guided_choice' is empty");
-      return;
-    }
-    SetConstraint(r, req, "guided_choice", std::move(out));
   }
 }
 
@@ -228,8 +240,7 @@ bool ForceToolCall(FieldReader& r, GenerationRequest& req) {
   // named one), the parameters follow that tool's schema.
   json::array alternatives;
   for (const json::value& t : req.tools) {
-    const json::object& o = t.get_object();
-    const json::object& fn = o.contains("function") ? o.at("function").get_object() : o;
+    const json::object& fn = ToolFunction(t);
     const std::string_view name = fn.at("name").get_string();
     if (req.tool_choice.mode == ToolChoice::Mode::kNamed && name != req.tool_choice.name) continue;
     const std::string base = fmt::format("#/anyOf/{}/properties/parameters", alternatives.size());
