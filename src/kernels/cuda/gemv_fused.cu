@@ -28,6 +28,16 @@ constexpr int kStages = 16;  // chunks in flight per CTA (64 KB)
 constexpr int kDefaultBlocksPerSm = 3;
 constexpr size_t kMaxSmem = 200 * 1024;
 constexpr size_t kRingBytes = kStages * kChunk * 2;
+// RMSNorm inputs of up to this many elements are read once (kept in registers between the sum of
+// squares and the scaling).
+constexpr int kKeptK = 4 * kChunk;
+
+__device__ __forceinline__ void LoadVec4x2(const float* p, float (&v)[8]) {
+  const float4 lo = *reinterpret_cast<const float4*>(p);
+  const float4 hi = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
+  v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+}
 
 struct StagedArgs {
   const bf16* x;
@@ -100,15 +110,29 @@ __device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs) {
         }
       }
     };
+    // The sums stay in registers between the two passes where a row fits (k <= kKeptK);
+    // longer rows are summed again. Same order of additions either way.
+    constexpr int kKept = kKeptK / kChunk;
+    const bool keep = a.k <= kKeptK;
+    float kept[M][kKept][8];
     float ss[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       ss[m] = 0.0f;
-      for (int i = t * 8; i < a.k; i += kChunk) {
+      for (int i = t * 8, it = 0; i < a.k; i += kChunk, ++it) {
         float v[8];
         sum_at(m, i, v);
 #pragma unroll
         for (int j = 0; j < 8; ++j) ss[m] += v[j] * v[j];
+        if (keep) {
+#pragma unroll
+          for (int q = 0; q < kKept; ++q) {
+            if (q == it) {
+#pragma unroll
+              for (int j = 0; j < 8; ++j) kept[m][q][j] = v[j];
+            }
+          }
+        }
         if (outs[m] != nullptr) {
           *reinterpret_cast<float4*>(outs[m] + i) = make_float4(v[0], v[1], v[2], v[3]);
           *reinterpret_cast<float4*>(outs[m] + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
@@ -124,11 +148,23 @@ __device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs) {
 #pragma unroll
       for (int q = 0; q < kWarps; ++q) total += warp_ss[q][m];
       const float inv = rsqrtf(total / static_cast<float>(a.k) + a.eps);
-      for (int i = t * 8; i < a.k; i += kChunk) {
+      for (int i = t * 8, it = 0; i < a.k; i += kChunk, ++it) {
         float v[8], o[8];
-        sum_at(m, i, v);
+        if (keep) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) o[j] = (v[j] * inv) * (a.norm_weight[i + j] + a.weight_offset);
+          for (int q = 0; q < kKept; ++q) {
+            if (q == it) {
+#pragma unroll
+              for (int j = 0; j < 8; ++j) v[j] = kept[m][q][j];
+            }
+          }
+        } else {
+          sum_at(m, i, v);
+        }
+        float wn[8];
+        LoadVec4x2(a.norm_weight + i, wn);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[j] = (v[j] * inv) * (wn[j] + a.weight_offset);
         StoreVec(xs + m * a.k + i, o);
       }
     }
@@ -275,7 +311,7 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
       return g.x != nullptr && g.ldx % 8 == 0 && g.ldx >= 2 * g.k && Aligned16(g.x);
     case GemvInput::kRmsNorm:
       return p.residual != nullptr && p.norm_weight != nullptr && Aligned16(p.residual) &&
-             (p.add == nullptr || Aligned16(p.add)) &&
+             Aligned16(p.norm_weight) && (p.add == nullptr || Aligned16(p.add)) &&
              (p.residual_out == nullptr ||
               (p.add != nullptr && p.residual_out != p.residual && Aligned16(p.residual_out)));
   }
