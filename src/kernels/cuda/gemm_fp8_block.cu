@@ -1,0 +1,337 @@
+// Fp8BlockGemm (gemm.h): FP8 products with 128 x 128 weight block scales and 1 x 128 activation
+// group scales on mma.sync m16n8k32 e4m3 (f32 accumulators). The tensor cores' FP8 sums keep
+// fewer bits than f32, so each 128-wide k block is summed in a fresh register set and then
+// promoted: acc += partial * x_scale[kb, row] * w_scale[nb, kb], which also applies the scales
+// exactly where they change.
+//   Tiled: a CTA of 8 warps (2 x 4) computes a kBm x 128 tile of y, k blocks of 128 bytes staged
+//     through a 4-deep cp.async ring in shared memory (16-byte chunks XOR-swizzled by row so that
+//     ldmatrix reads are free of bank conflicts). The 128 columns of a tile are one weight block
+//     row, so one w_scale a k block serves the whole CTA.
+//   Skinny (decode, a few rows): a CTA of 8 warps owns 8 weight rows and 16 activation rows; its
+//     warps split the k blocks and read their weights straight into mma fragments (16-byte loads,
+//     the k order permuted identically in x and w), then sum through shared memory. The weights
+//     are read once per 16 rows, at close to memory bandwidth.
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/mma.cuh"
+
+namespace dinfer::kernels::cuda {
+namespace {
+
+constexpr int kBk = 128;  // k block: one scale block, one pipeline stage
+constexpr int kBn = 128;  // tile columns: one weight scale block
+constexpr int kThreads = 256;
+constexpr int kStages = 4;
+constexpr int kGroupM = 8;  // tiles of rows walked together, so neighbouring CTAs share w in L2
+
+__device__ __forceinline__ void MmaE4M3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 bytes that this kernel reads once (the weights): no L1 allocation.
+__device__ __forceinline__ uint4 LoadStream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// y[r, c] and y[r, c + 1] (those inside [m, n]); pairs: y and ldy allow one aligned store.
+template <typename T>
+__device__ __forceinline__ void StorePair(const Fp8GemmParams& p, int64_t r, int64_t c, float v0,
+                                          float v1, bool pairs) {
+  if (r >= p.m || c >= p.n) return;
+  T* q = static_cast<T*>(p.y) + r * p.ldy + c;
+  if (pairs && c + 1 < p.n) {
+    if constexpr (std::is_same_v<T, float>) {
+      *reinterpret_cast<float2*>(q) = make_float2(v0, v1);
+    } else {
+      *reinterpret_cast<__nv_bfloat162*>(q) = __floats2bfloat162_rn(v0, v1);
+    }
+    return;
+  }
+  q[0] = FromFloat<T>(v0);
+  if (c + 1 < p.n) q[1] = FromFloat<T>(v1);
+}
+
+// Byte offset of 16-byte chunk c of row r in a stage of 128-byte rows.
+__device__ __forceinline__ int Swizzled(int r, int c) { return r * kBk + ((c ^ (r & 7)) << 4); }
+
+template <int kBm>
+constexpr int TiledSmem() {
+  return kStages * (kBm + kBn) * kBk;
+}
+
+template <int kBm, typename T>
+__global__ void __launch_bounds__(kThreads, kBm == 128 ? 1 : 2)
+    TiledKernel(const Fp8GemmParams p, const bool pairs) {
+  constexpr int kMt = kBm / 32;  // m16 tiles a warp (2 warps along m, each kBm / 2 rows)
+  constexpr int kStageBytes = (kBm + kBn) * kBk;
+  extern __shared__ uint4 smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
+
+  WaitForPrerequisites();
+  const int tiles_m = static_cast<int>((p.m + kBm - 1) / kBm);
+  const int tiles_n = static_cast<int>((p.n + kBn - 1) / kBn);
+  const int per_group = kGroupM * tiles_n;
+  const int pid = blockIdx.x;
+  const int first_m = (pid / per_group) * kGroupM;
+  const int group_m = min(tiles_m - first_m, kGroupM);
+  const int tm = first_m + (pid % per_group) % group_m;
+  const int tn = (pid % per_group) / group_m;
+  const int64_t m0 = static_cast<int64_t>(tm) * kBm, n0 = static_cast<int64_t>(tn) * kBn;
+  const int kb_count = static_cast<int>(p.k / kBk);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 2, wn = warp & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const auto* x = static_cast<const uint8_t*>(p.x);
+  const auto* w = static_cast<const uint8_t*>(p.w);
+
+  // Each thread copies 16-byte chunk (tid % 8) of rows tid / 8 + 32 j of both operands; rows past
+  // the end are zero-filled (from a valid address).
+  const int m_left = static_cast<int>(min(p.m - m0, int64_t{kBm}));
+  const int n_left = static_cast<int>(min(p.n - n0, int64_t{kBn}));
+  const int copy_row = tid >> 3, copy_chunk = tid & 7;
+  const uint8_t* x_src = x + (m0 + copy_row) * p.ldx + copy_chunk * 16;
+  const uint8_t* w_src = w + (n0 + copy_row) * p.ldw + copy_chunk * 16;
+  auto load_stage = [&](int stage, int kb) {
+    uint8_t* sa = smem + stage * kStageBytes;
+    uint8_t* sb = sa + kBm * kBk;
+    const int64_t k0 = static_cast<int64_t>(kb) * kBk;
+#pragma unroll
+    for (int j = 0; j < kBm * 8 / kThreads; ++j) {
+      const int r = copy_row + j * (kThreads / 8);
+      const bool ok = r < m_left;
+      CpAsync16(sa + Swizzled(r, copy_chunk), ok ? x_src + j * (kThreads / 8) * p.ldx + k0 : x, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < kBn * 8 / kThreads; ++j) {
+      const int r = copy_row + j * (kThreads / 8);
+      const bool ok = r < n_left;
+      CpAsync16(sb + Swizzled(r, copy_chunk), ok ? w_src + j * (kThreads / 8) * p.ldw + k0 : w, ok);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < kb_count) load_stage(s, s);
+    CpAsyncCommit();
+  }
+
+  float acc[kMt][4][4] = {};
+  const float* w_scale = p.w_scale + (n0 / kBn) * kb_count;
+  // This thread's rows of y, relative to m0: row_base + 16 mt (+ 8).
+  const int row_base = wm * (kBm / 2) + g;
+
+  for (int kb = 0; kb < kb_count; ++kb) {
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();
+    // The stage refilled here was read in the previous iteration, which every thread has left.
+    if (kb + kStages - 1 < kb_count) load_stage((kb + kStages - 1) % kStages, kb + kStages - 1);
+    CpAsyncCommit();
+
+    const float sw = w_scale[kb];
+    const float* x_scale = p.x_scale + kb * p.m + m0;
+    float sx[kMt][2];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row_base + mt * 16 + h * 8;
+        sx[mt][h] = r < m_left ? x_scale[r] * sw : 0.0f;
+      }
+    }
+
+    const uint8_t* sa = smem + (kb % kStages) * kStageBytes;
+    const uint8_t* sb = sa + kBm * kBk;
+    float part[kMt][4][4] = {};
+#pragma unroll
+    for (int s = 0; s < kBk / 32; ++s) {
+      uint32_t a[kMt][4];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        const int r = wm * (kBm / 2) + mt * 16 + (lane & 15);
+        LdMatrixX4(a[mt], sa + Swizzled(r, 2 * s + (lane >> 4)));
+      }
+      uint32_t b[4][2];
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        const int r = wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+        uint32_t f[4];
+        LdMatrixX4(f, sb + Swizzled(r, 2 * s + ((lane >> 3) & 1)));
+        b[2 * np][0] = f[0];
+        b[2 * np][1] = f[1];
+        b[2 * np + 1][0] = f[2];
+        b[2 * np + 1][1] = f[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          MmaE4M3(part[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[nt][0], b[nt][1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        acc[mt][nt][0] += part[mt][nt][0] * sx[mt][0];
+        acc[mt][nt][1] += part[mt][nt][1] * sx[mt][0];
+        acc[mt][nt][2] += part[mt][nt][2] * sx[mt][1];
+        acc[mt][nt][3] += part[mt][nt][3] * sx[mt][1];
+      }
+    }
+  }
+  CpAsyncWait<0>();
+  AllowDependents();
+
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int64_t c = n0 + wn * 32 + nt * 8 + t * 2;
+      const int64_t r = m0 + row_base + mt * 16;
+      StorePair<T>(p, r, c, acc[mt][nt][0], acc[mt][nt][1], pairs);
+      StorePair<T>(p, r + 8, c, acc[mt][nt][2], acc[mt][nt][3], pairs);
+    }
+  }
+}
+
+constexpr int kSkinnyRows = 8;    // weight rows a CTA (one n8 tile)
+constexpr int kSkinnyUnroll = 4;  // k blocks a warp loads before it multiplies
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) SkinnyKernel(const Fp8GemmParams p, const bool pairs) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float4 partial[kWarps][32];
+  WaitForPrerequisites();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kSkinnyRows;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int kb_count = static_cast<int>(p.k / kBk);
+  // Rows past the end read a valid row; their sums are never stored.
+  const int64_t wr = min(n0 + g, p.n - 1);
+  const int64_t r0 = m0 + g, r1 = m0 + g + 8;
+  const bool ok0 = r0 < p.m, ok1 = r1 < p.m;
+  const auto* w = static_cast<const uint8_t*>(p.w) + wr * p.ldw + t * 16;
+  const auto* x0 = static_cast<const uint8_t*>(p.x) + (ok0 ? r0 : 0) * p.ldx + t * 16;
+  const auto* x1 = static_cast<const uint8_t*>(p.x) + (ok1 ? r1 : 0) * p.ldx + t * 16;
+  const float* w_scale = p.w_scale + (n0 / kBn) * kb_count;
+
+  // Lane (g, t) holds bytes t*16 .. t*16+15 and 64+t*16 .. of its rows' k block: the mma's k
+  // order within the block is permuted, the same way in x and w, which leaves the sum alone.
+  float acc[4] = {};
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int kb_base = warp; kb_base < kb_count; kb_base += kWarps * kSkinnyUnroll) {
+    uint4 wv[kSkinnyUnroll][2];
+#pragma unroll
+    for (int u = 0; u < kSkinnyUnroll; ++u) {
+      const int kb = kb_base + u * kWarps;
+      if (kb < kb_count) {
+        wv[u][0] = LoadStream(w + static_cast<int64_t>(kb) * kBk);
+        wv[u][1] = LoadStream(w + static_cast<int64_t>(kb) * kBk + 64);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kSkinnyUnroll; ++u) {
+      const int kb = kb_base + u * kWarps;
+      if (kb >= kb_count) break;
+      const int64_t k0 = static_cast<int64_t>(kb) * kBk;
+      uint4 xa[2], xb[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        xa[h] = ok0 ? *reinterpret_cast<const uint4*>(x0 + k0 + 64 * h) : zero;
+        xb[h] = ok1 ? *reinterpret_cast<const uint4*>(x1 + k0 + 64 * h) : zero;
+      }
+      float d[4] = {};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        MmaE4M3(d, xa[h].x, xb[h].x, xa[h].y, xb[h].y, wv[u][h].x, wv[u][h].y);
+        MmaE4M3(d, xa[h].z, xb[h].z, xa[h].w, xb[h].w, wv[u][h].z, wv[u][h].w);
+      }
+      const float sw = w_scale[kb];
+      const float s0 = ok0 ? p.x_scale[kb * p.m + r0] * sw : 0.0f;
+      const float s1 = ok1 ? p.x_scale[kb * p.m + r1] * sw : 0.0f;
+      acc[0] += d[0] * s0;
+      acc[1] += d[1] * s0;
+      acc[2] += d[2] * s1;
+      acc[3] += d[3] * s1;
+    }
+  }
+  partial[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  __syncthreads();
+  AllowDependents();
+  if (warp != 0) return;
+  float4 s = partial[0][lane];
+#pragma unroll
+  for (int i = 1; i < kWarps; ++i) {
+    const float4 v = partial[i][lane];
+    s.x += v.x;
+    s.y += v.y;
+    s.z += v.z;
+    s.w += v.w;
+  }
+  const int64_t c = n0 + t * 2;
+  StorePair<T>(p, r0, c, s.x, s.y, pairs);
+  StorePair<T>(p, r1, c, s.z, s.w, pairs);
+}
+
+template <int kBm, typename T>
+cudaError_t LaunchTiled(const Fp8GemmParams& p, bool pairs, cudaStream_t stream) {
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      TiledKernel<kBm, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, TiledSmem<kBm>());
+  if (configured != cudaSuccess) return configured;
+  const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kBn - 1) / kBn);
+  return LaunchDependent(TiledKernel<kBm, T>, dim3(static_cast<unsigned>(tiles)), kThreads,
+                         TiledSmem<kBm>(), stream, p, pairs);
+}
+
+}  // namespace
+
+bool Fp8BlockGemmSupports(const Fp8GemmParams& p) {
+  return p.scaling == Fp8Scaling::kBlock128 && p.k > 0 && p.k % kBk == 0 && p.ldx % 16 == 0 &&
+         p.ldw % 16 == 0 && Aligned16(p.x) && Aligned16(p.w) && p.x_scale != nullptr &&
+         p.w_scale != nullptr && (p.out_dtype == DType::kF32 || p.out_dtype == DType::kBF16) &&
+         p.m < (int64_t{1} << 31) / kBk;
+}
+
+int Fp8BlockGemm(const Fp8GemmParams& p, void* stream, Fp8BlockPath path) {
+  if (p.m == 0 || p.n == 0) return 0;
+  if (!Fp8BlockGemmSupports(p)) return cudaErrorInvalidValue;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int64_t elem = p.out_dtype == DType::kF32 ? 4 : 2;
+  const bool pairs =
+      p.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % static_cast<uintptr_t>(2 * elem) == 0;
+  if (path == Fp8BlockPath::kAuto) {
+    path = p.m <= kFp8BlockSkinnyMaxRows ? Fp8BlockPath::kSkinny
+           : p.m <= 1024                 ? Fp8BlockPath::kTiled64
+                                         : Fp8BlockPath::kTiled128;
+  }
+  return DispatchFloat(p.out_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    switch (path) {
+      case Fp8BlockPath::kSkinny: {
+        const dim3 grid(static_cast<unsigned>((p.m + 15) / 16),
+                        static_cast<unsigned>((p.n + kSkinnyRows - 1) / kSkinnyRows));
+        if (grid.y > 65535u) return cudaErrorInvalidValue;
+        return LaunchDependent(SkinnyKernel<T>, grid, kThreads, 0, s, p, pairs);
+      }
+      case Fp8BlockPath::kTiled64:
+        return LaunchTiled<64, T>(p, pairs, s);
+      default:
+        return LaunchTiled<128, T>(p, pairs, s);
+    }
+  });
+}
+
+}  // namespace dinfer::kernels::cuda
