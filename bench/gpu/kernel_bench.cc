@@ -128,7 +128,7 @@ Status GemmRows(const cuda::Stream& s, Table& t) {
 // FP8 products (e4m3 x and w, bf16 out) with each kind of scales, on the 8B shapes from decode
 // (m = 1) to prefill (m = 16384) and on 8192³ (the FP8 rate this GPU reaches through cuBLASLt):
 // per-tensor and per-channel scales through cuBLASLt, 128 x 128 block scales through our kernel
-// (its three paths side by side at m = 16 and 256); also the activation quantization.
+// (its paths side by side at m = 16 and 256); also the activation quantization.
 Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
   DINFER_ASSIGN_OR_RETURN(auto gemm, kc::GemmRunner::Create());
   struct Shape {
@@ -235,7 +235,8 @@ Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
     if (sh.n == big || (sh.m != 16 && sh.m != 256)) continue;
     for (auto [path, label] : {std::pair{kc::Fp8BlockPath::kSkinny, "skinny"},
                                std::pair{kc::Fp8BlockPath::kTiled64, "tiled64"},
-                               std::pair{kc::Fp8BlockPath::kTiled128, "tiled128"}}) {
+                               std::pair{kc::Fp8BlockPath::kTiled128, "tiled128"},
+                               std::pair{kc::Fp8BlockPath::kWgmma, "wgmma"}}) {
       int64_t i = 0;
       kc::Fp8GemmParams p;
       p.x = x8.data();

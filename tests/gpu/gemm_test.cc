@@ -439,7 +439,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp8BlockCase{40, 200, 512, DType::kF32, Path::kSkinny},
                       Fp8BlockCase{3, 200, 4096, DType::kF32, Path::kTiled64},
                       Fp8BlockCase{300, 200, 4096, DType::kF32, Path::kTiled128},
-                      Fp8BlockCase{130, 131, 384, DType::kBF16, Path::kTiled128}));
+                      Fp8BlockCase{130, 131, 384, DType::kBF16, Path::kTiled128},
+                      Fp8BlockCase{300, 200, 4096, DType::kF32, Path::kWgmma},
+                      Fp8BlockCase{17, 4096, 256, DType::kF32, Path::kWgmma},
+                      Fp8BlockCase{130, 131, 384, DType::kBF16, Path::kWgmma}));
 
 }  // namespace
 }  // namespace dinfer

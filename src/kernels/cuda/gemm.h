@@ -99,15 +99,17 @@ struct Fp8GemmParams {
   const float* w_scale = nullptr;
 };
 
-// The block-scaled FP8 product (Fp8Scaling::kBlock128) on mma.sync e4m3 tensor cores
-// (gemm_fp8_block.cu): each 128-wide k block is summed apart and added to the f32 accumulators
-// times its two scales, so the tensor cores' short FP8 sums never span more than one block.
-// Needs k a multiple of 128, ldx and ldw multiples of 16, x and w 16-byte aligned; any m and n.
-//   kSkinny:   up to kFp8BlockSkinnyMaxRows rows (decode): warps split k and read the weights
-//              once per 16 rows, straight into the mma fragments (memory-bound);
-//   kTiled64, kTiled128: 64 or 128 x 128 tiles of y through a 4-stage cp.async pipeline.
-// kAuto picks kSkinny up to kFp8BlockSkinnyMaxRows rows, kTiled64 up to 1,024, else kTiled128.
-enum class Fp8BlockPath { kAuto, kSkinny, kTiled64, kTiled128 };
+// The block-scaled FP8 product (Fp8Scaling::kBlock128) of our own (gemm_fp8_block.cu): each
+// 128-wide k block is summed apart on the tensor cores and added to f32 accumulators times its
+// two scales, so the tensor cores' short FP8 sums never span more than one block. Needs k a
+// multiple of 128, ldx and ldw multiples of 16, x and w 16-byte aligned; any m and n.
+//   kSkinny:   a few rows (decode): warps split k and read the weights once per 16 rows straight
+//              into mma.sync fragments (memory-bound);
+//   kWgmma:    128 x 128 tiles of y on wgmma (sm_90a), staged by a 4-deep cp.async ring;
+//   kTiled64, kTiled128: 64 or 128 x 128 tiles on mma.sync m16n8k32, the same ring. Hopper runs
+//              e4m3 mma.sync as f16 HMMA after unpacking (SASS), far below wgmma: kept to compare.
+// kAuto: kSkinny up to kFp8BlockSkinnyMaxRows rows, else kWgmma.
+enum class Fp8BlockPath { kAuto, kSkinny, kTiled64, kTiled128, kWgmma };
 inline constexpr int64_t kFp8BlockSkinnyMaxRows = 16;
 bool Fp8BlockGemmSupports(const Fp8GemmParams& p);
 int Fp8BlockGemm(const Fp8GemmParams& p, void* stream, Fp8BlockPath path = Fp8BlockPath::kAuto);

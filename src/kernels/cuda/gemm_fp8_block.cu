@@ -1,12 +1,13 @@
 // Fp8BlockGemm (gemm.h): FP8 products with 128 x 128 weight block scales and 1 x 128 activation
-// group scales on mma.sync m16n8k32 e4m3 (f32 accumulators). The tensor cores' FP8 sums keep
-// fewer bits than f32, so each 128-wide k block is summed in a fresh register set and then
-// promoted: acc += partial * x_scale[kb, row] * w_scale[nb, kb], which also applies the scales
-// exactly where they change.
-//   Tiled: a CTA of 8 warps (2 x 4) computes a kBm x 128 tile of y, k blocks of 128 bytes staged
-//     through a 4-deep cp.async ring in shared memory (16-byte chunks XOR-swizzled by row so that
-//     ldmatrix reads are free of bank conflicts). The 128 columns of a tile are one weight block
-//     row, so one w_scale a k block serves the whole CTA.
+// group scales on the tensor cores, f32 accumulators. The tensor cores' FP8 sums keep fewer bits
+// than f32, so each 128-wide k block is summed in a fresh register set and then promoted:
+// acc += partial * x_scale[kb, row] * w_scale[nb, kb], which also applies the scales exactly
+// where they change.
+//   Wgmma (sm_90a): a CTA of two warpgroups computes a 128 x 128 tile of y, k blocks of 128 bytes
+//     staged through a 4-deep cp.async ring in shared memory, 16-byte chunks XOR-swizzled by row
+//     (the 128-byte swizzle wgmma reads, and conflict-free for ldmatrix). The 128 columns of a
+//     tile are one weight block row, so one w_scale a k block serves the whole CTA.
+//   Tiled: the same ring and tiles (or 64 x 128) on mma.sync m16n8k32, 8 warps (2 x 4).
 //   Skinny (decode, a few rows): a CTA of 8 warps owns 8 weight rows and 16 activation rows; its
 //     warps split the k blocks and read their weights straight into mma fragments (16-byte loads,
 //     the k order permuted identically in x and w), then sum through shared memory. The weights
@@ -64,6 +65,62 @@ __device__ __forceinline__ void StorePair(const Fp8GemmParams& p, int64_t r, int
 // Byte offset of 16-byte chunk c of row r in a stage of 128-byte rows.
 __device__ __forceinline__ int Swizzled(int r, int c) { return r * kBk + ((c ^ (r & 7)) << 4); }
 
+// The tile of y a CTA computes: blockIdx.x walks kGroupM tiles down m before it moves along n.
+struct TileOrigin {
+  int64_t m0, n0;
+};
+template <int kBm>
+__device__ __forceinline__ TileOrigin GroupedTile(const Fp8GemmParams& p) {
+  const int tiles_m = static_cast<int>((p.m + kBm - 1) / kBm);
+  const int tiles_n = static_cast<int>((p.n + kBn - 1) / kBn);
+  const int per_group = kGroupM * tiles_n;
+  const int pid = blockIdx.x;
+  const int first_m = (pid / per_group) * kGroupM;
+  const int group_m = min(tiles_m - first_m, kGroupM);
+  const int tm = first_m + (pid % per_group) % group_m;
+  const int tn = (pid % per_group) / group_m;
+  return {static_cast<int64_t>(tm) * kBm, static_cast<int64_t>(tn) * kBn};
+}
+
+// Copies k block kb of the tile's kBm rows of x and kBn rows of w into a stage (x first, 128-byte
+// rows, swizzled): each thread takes 16-byte chunk (tid % 8) of rows tid / 8 + 32 j. Rows past
+// the end are zero-filled (from a valid address).
+template <int kBm>
+struct StageLoader {
+  const uint8_t *x, *w, *x_src, *w_src;
+  int64_t ldx, ldw;
+  int m_left, n_left, row, chunk;
+  __device__ __forceinline__ StageLoader(const Fp8GemmParams& p, TileOrigin o, int tid)
+      : x(static_cast<const uint8_t*>(p.x)),
+        w(static_cast<const uint8_t*>(p.w)),
+        ldx(p.ldx),
+        ldw(p.ldw),
+        m_left(static_cast<int>(min(p.m - o.m0, int64_t{kBm}))),
+        n_left(static_cast<int>(min(p.n - o.n0, int64_t{kBn}))),
+        row(tid >> 3),
+        chunk(tid & 7) {
+    x_src = x + (o.m0 + row) * ldx + chunk * 16;
+    w_src = w + (o.n0 + row) * ldw + chunk * 16;
+  }
+  __device__ __forceinline__ void Load(uint8_t* stage, int kb) const {
+    uint8_t* sb = stage + kBm * kBk;
+    const int64_t k0 = static_cast<int64_t>(kb) * kBk;
+    constexpr int kRowStep = kThreads / 8;
+#pragma unroll
+    for (int j = 0; j < kBm / kRowStep; ++j) {
+      const int r = row + j * kRowStep;
+      const bool ok = r < m_left;
+      CpAsync16(stage + Swizzled(r, chunk), ok ? x_src + j * kRowStep * ldx + k0 : x, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < kBn / kRowStep; ++j) {
+      const int r = row + j * kRowStep;
+      const bool ok = r < n_left;
+      CpAsync16(sb + Swizzled(r, chunk), ok ? w_src + j * kRowStep * ldw + k0 : w, ok);
+    }
+  }
+};
+
 template <int kBm>
 constexpr int TiledSmem() {
   return kStages * (kBm + kBn) * kBk;
@@ -78,47 +135,15 @@ __global__ void __launch_bounds__(kThreads, kBm == 128 ? 1 : 2)
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
 
   WaitForPrerequisites();
-  const int tiles_m = static_cast<int>((p.m + kBm - 1) / kBm);
-  const int tiles_n = static_cast<int>((p.n + kBn - 1) / kBn);
-  const int per_group = kGroupM * tiles_n;
-  const int pid = blockIdx.x;
-  const int first_m = (pid / per_group) * kGroupM;
-  const int group_m = min(tiles_m - first_m, kGroupM);
-  const int tm = first_m + (pid % per_group) % group_m;
-  const int tn = (pid % per_group) / group_m;
-  const int64_t m0 = static_cast<int64_t>(tm) * kBm, n0 = static_cast<int64_t>(tn) * kBn;
+  const TileOrigin o = GroupedTile<kBm>(p);
+  const int64_t m0 = o.m0, n0 = o.n0;
   const int kb_count = static_cast<int>(p.k / kBk);
-
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
   const int g = lane >> 2, t = lane & 3;
-  const auto* x = static_cast<const uint8_t*>(p.x);
-  const auto* w = static_cast<const uint8_t*>(p.w);
-
-  // Each thread copies 16-byte chunk (tid % 8) of rows tid / 8 + 32 j of both operands; rows past
-  // the end are zero-filled (from a valid address).
-  const int m_left = static_cast<int>(min(p.m - m0, int64_t{kBm}));
-  const int n_left = static_cast<int>(min(p.n - n0, int64_t{kBn}));
-  const int copy_row = tid >> 3, copy_chunk = tid & 7;
-  const uint8_t* x_src = x + (m0 + copy_row) * p.ldx + copy_chunk * 16;
-  const uint8_t* w_src = w + (n0 + copy_row) * p.ldw + copy_chunk * 16;
-  auto load_stage = [&](int stage, int kb) {
-    uint8_t* sa = smem + stage * kStageBytes;
-    uint8_t* sb = sa + kBm * kBk;
-    const int64_t k0 = static_cast<int64_t>(kb) * kBk;
-#pragma unroll
-    for (int j = 0; j < kBm * 8 / kThreads; ++j) {
-      const int r = copy_row + j * (kThreads / 8);
-      const bool ok = r < m_left;
-      CpAsync16(sa + Swizzled(r, copy_chunk), ok ? x_src + j * (kThreads / 8) * p.ldx + k0 : x, ok);
-    }
-#pragma unroll
-    for (int j = 0; j < kBn * 8 / kThreads; ++j) {
-      const int r = copy_row + j * (kThreads / 8);
-      const bool ok = r < n_left;
-      CpAsync16(sb + Swizzled(r, copy_chunk), ok ? w_src + j * (kThreads / 8) * p.ldw + k0 : w, ok);
-    }
-  };
+  const StageLoader<kBm> loader(p, o, tid);
+  const int m_left = loader.m_left;
+  auto load_stage = [&](int stage, int kb) { loader.Load(smem + stage * kStageBytes, kb); };
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -206,11 +231,121 @@ __global__ void __launch_bounds__(kThreads, kBm == 128 ? 1 : 2)
   }
 }
 
+// One wgmma m64n128k32 e4m3 x e4m3 -> f32 of a warpgroup: d = a · bᵀ (+ d when accumulate),
+// a and b K-major in shared memory, described by MatrixDesc.
+__device__ __forceinline__ void WgmmaE4M3(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+      "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+      "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+      "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// The sm_90 matrix descriptor of a K-major operand in a stage: 128-byte rows in the 128-byte
+// swizzle (Swizzled above), 8-row groups 1,024 bytes apart; the leading offset is unused there.
+__device__ __forceinline__ uint64_t MatrixDesc(const void* smem) {
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return static_cast<uint64_t>((a & 0x3ffff) >> 4) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+constexpr int kWgmmaSmem = kStages * (128 + kBn) * kBk + 1024;  // + alignment of the stages
+
+// The tiled product on wgmma (sm_90a): two warpgroups, each 64 rows of a 128 x 128 tile of y,
+// from the same 4-stage cp.async ring; the four m64n128k32 of a k block sum into a fresh
+// register set (scale-d off on the first), promoted once the group completes.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    WgmmaKernel(const Fp8GemmParams p, const bool pairs) {
+  constexpr int kBm = 128;
+  constexpr int kStageBytes = (kBm + kBn) * kBk;
+  extern __shared__ uint4 smem_raw[];
+  // The swizzle repeats every 1,024 bytes: stages start on such a boundary.
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw) + ((1024 - (raw & 1023)) & 1023);
+
+  WaitForPrerequisites();
+  const TileOrigin o = GroupedTile<kBm>(p);
+  const int kb_count = static_cast<int>(p.k / kBk);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2;
+  const int g = lane >> 2, t = lane & 3;
+  const StageLoader<kBm> loader(p, o, tid);
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < kb_count) loader.Load(smem + s * kStageBytes, s);
+    CpAsyncCommit();
+  }
+
+  float acc[64] = {}, part[64] = {};
+  const float* w_scale = p.w_scale + (o.n0 / kBn) * kb_count;
+  // This thread's rows of y, relative to m0: row_base and row_base + 8.
+  const int row_base = wg * 64 + (warp & 3) * 16 + g;
+
+  for (int kb = 0; kb < kb_count; ++kb) {
+    CpAsyncWait<kStages - 2>();
+    // The tensor cores read the stage through the async proxy.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (kb + kStages - 1 < kb_count) {
+      loader.Load(smem + ((kb + kStages - 1) % kStages) * kStageBytes, kb + kStages - 1);
+    }
+    CpAsyncCommit();
+
+    const uint8_t* sa = smem + (kb % kStages) * kStageBytes + wg * 64 * kBk;
+    const uint8_t* sb = smem + (kb % kStages) * kStageBytes + kBm * kBk;
+    const uint64_t da = MatrixDesc(sa), db = MatrixDesc(sb);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int s = 0; s < kBk / 32; ++s) WgmmaE4M3(part, da + 2 * s, db + 2 * s, s > 0);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+
+    const float sw = w_scale[kb];
+    const float* x_scale = p.x_scale + kb * p.m + o.m0;
+    const float s0 = row_base < loader.m_left ? x_scale[row_base] * sw : 0.0f;
+    const float s1 = row_base + 8 < loader.m_left ? x_scale[row_base + 8] * sw : 0.0f;
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < 64; i += 4) {
+      acc[i] += part[i] * s0;
+      acc[i + 1] += part[i + 1] * s0;
+      acc[i + 2] += part[i + 2] * s1;
+      acc[i + 3] += part[i + 3] * s1;
+    }
+  }
+  CpAsyncWait<0>();
+  AllowDependents();
+
+  const int64_t r = o.m0 + row_base;
+#pragma unroll
+  for (int nt = 0; nt < 16; ++nt) {
+    const int64_t c = o.n0 + nt * 8 + t * 2;
+    StorePair<T>(p, r, c, acc[4 * nt], acc[4 * nt + 1], pairs);
+    StorePair<T>(p, r + 8, c, acc[4 * nt + 2], acc[4 * nt + 3], pairs);
+  }
+}
+
 constexpr int kSkinnyRows = 8;    // weight rows a CTA (one n8 tile)
 constexpr int kSkinnyUnroll = 4;  // k blocks a warp loads before it multiplies
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) SkinnyKernel(const Fp8GemmParams p, const bool pairs) {
+__global__ void __launch_bounds__(kThreads, 3)
+    SkinnyKernel(const Fp8GemmParams p, const bool pairs) {
   constexpr int kWarps = kThreads / 32;
   __shared__ float4 partial[kWarps][32];
   WaitForPrerequisites();
@@ -296,6 +431,16 @@ cudaError_t LaunchTiled(const Fp8GemmParams& p, bool pairs, cudaStream_t stream)
                          TiledSmem<kBm>(), stream, p, pairs);
 }
 
+template <typename T>
+cudaError_t LaunchWgmma(const Fp8GemmParams& p, bool pairs, cudaStream_t stream) {
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(WgmmaKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgmmaSmem);
+  if (configured != cudaSuccess) return configured;
+  const int64_t tiles = ((p.m + 127) / 128) * ((p.n + kBn - 1) / kBn);
+  return LaunchDependent(WgmmaKernel<T>, dim3(static_cast<unsigned>(tiles)), kThreads, kWgmmaSmem,
+                         stream, p, pairs);
+}
+
 }  // namespace
 
 bool Fp8BlockGemmSupports(const Fp8GemmParams& p) {
@@ -313,9 +458,7 @@ int Fp8BlockGemm(const Fp8GemmParams& p, void* stream, Fp8BlockPath path) {
   const bool pairs =
       p.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % static_cast<uintptr_t>(2 * elem) == 0;
   if (path == Fp8BlockPath::kAuto) {
-    path = p.m <= kFp8BlockSkinnyMaxRows ? Fp8BlockPath::kSkinny
-           : p.m <= 1024                 ? Fp8BlockPath::kTiled64
-                                         : Fp8BlockPath::kTiled128;
+    path = p.m <= kFp8BlockSkinnyMaxRows ? Fp8BlockPath::kSkinny : Fp8BlockPath::kWgmma;
   }
   return DispatchFloat(p.out_dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -328,6 +471,8 @@ int Fp8BlockGemm(const Fp8GemmParams& p, void* stream, Fp8BlockPath path) {
       }
       case Fp8BlockPath::kTiled64:
         return LaunchTiled<64, T>(p, pairs, s);
+      case Fp8BlockPath::kWgmma:
+        return LaunchWgmma<T>(p, pairs, s);
       default:
         return LaunchTiled<128, T>(p, pairs, s);
     }
