@@ -292,41 +292,69 @@ __global__ void __launch_bounds__(kThreads, 1)
     CpAsyncCommit();
   }
 
-  float acc[64] = {}, part[64] = {};
+  float acc[64] = {}, part[2][64] = {};
   const float* w_scale = p.w_scale + (o.n0 / kBn) * kb_count;
   // This thread's rows of y, relative to m0: row_base and row_base + 8.
   const int row_base = wg * 64 + (warp & 3) * 16 + g;
 
-  for (int kb = 0; kb < kb_count; ++kb) {
-    CpAsyncWait<kStages - 2>();
-    // The tensor cores read the stage through the async proxy.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    if (kb + kStages - 1 < kb_count) {
-      loader.Load(smem + ((kb + kStages - 1) % kStages) * kStageBytes, kb + kStages - 1);
-    }
-    CpAsyncCommit();
-
-    const uint8_t* sa = smem + (kb % kStages) * kStageBytes + wg * 64 * kBk;
-    const uint8_t* sb = smem + (kb % kStages) * kStageBytes + kBm * kBk;
-    const uint64_t da = MatrixDesc(sa), db = MatrixDesc(sb);
+  // Issues the four wgmma of k block kb (its stage complete and visible) into d.
+  auto issue = [&](float(&d)[64], int kb) {
+    const uint8_t* stage = smem + (kb % kStages) * kStageBytes;
+    const uint64_t da = MatrixDesc(stage + wg * 64 * kBk), db = MatrixDesc(stage + kBm * kBk);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int s = 0; s < kBk / 32; ++s) WgmmaE4M3(part, da + 2 * s, db + 2 * s, s > 0);
+    for (int s = 0; s < kBk / 32; ++s) WgmmaE4M3(d, da + 2 * s, db + 2 * s, s > 0);
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-
+  };
+  // Stages written by this thread's cp.async are made visible to the tensor cores (async proxy)
+  // and to the other threads.
+  auto publish = [] {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+  };
+  auto promote = [&](const float(&cur)[64], int kb) {
     const float sw = w_scale[kb];
     const float* x_scale = p.x_scale + kb * p.m + o.m0;
     const float s0 = row_base < loader.m_left ? x_scale[row_base] * sw : 0.0f;
     const float s1 = row_base + 8 < loader.m_left ? x_scale[row_base + 8] * sw : 0.0f;
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
     for (int i = 0; i < 64; i += 4) {
-      acc[i] += part[i] * s0;
-      acc[i + 1] += part[i + 1] * s0;
-      acc[i + 2] += part[i + 2] * s1;
-      acc[i + 3] += part[i + 3] * s1;
+      acc[i] += cur[i] * s0;
+      acc[i + 1] += cur[i + 1] * s0;
+      acc[i + 2] += cur[i + 2] * s1;
+      acc[i + 3] += cur[i + 3] * s1;
     }
+  };
+  // Block kb (its wgmma issued into cur) with block kb + 1 after it: kb + 1 goes to the tensor
+  // cores before kb is promoted, so they stay busy through the promotion.
+  auto step = [&](const float(&cur)[64], float(&next)[64], int kb) {
+    CpAsyncWait<kStages - 3>();  // block kb + 1 has landed
+    publish();
+    // Block kb - 1's stage is free: every warpgroup waited for its wgmma before the barrier.
+    if (kb + kStages - 1 < kb_count) {
+      loader.Load(smem + ((kb + kStages - 1) % kStages) * kStageBytes, kb + kStages - 1);
+    }
+    CpAsyncCommit();
+    issue(next, kb + 1);
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    promote(cur, kb);
+  };
+
+  CpAsyncWait<kStages - 2>();  // block 0 has landed
+  publish();
+  issue(part[0], 0);
+  int kb = 0;
+  for (; kb + 2 < kb_count; kb += 2) {
+    step(part[0], part[1], kb);
+    step(part[1], part[0], kb + 1);
+  }
+  if (kb + 1 < kb_count) {
+    step(part[0], part[1], kb);
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    promote(part[1], kb + 1);
+  } else {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    promote(part[0], kb);
   }
   CpAsyncWait<0>();
   AllowDependents();
@@ -340,13 +368,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-constexpr int kSkinnyRows = 8;    // weight rows a CTA (one n8 tile)
-constexpr int kSkinnyUnroll = 4;  // k blocks a warp loads before it multiplies
+constexpr int kSkinnyRows = 8;       // weight rows a CTA (one n8 tile)
+constexpr int kSkinnyThreads = 128;  // small CTAs, many resident: few SMs idle in the last wave
+constexpr int kSkinnyUnroll = 4;     // k blocks a warp loads before it multiplies
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kSkinnyThreads, 6)
     SkinnyKernel(const Fp8GemmParams p, const bool pairs) {
-  constexpr int kWarps = kThreads / 32;
+  constexpr int kWarps = kSkinnyThreads / 32;
   __shared__ float4 partial[kWarps][32];
   WaitForPrerequisites();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -467,7 +496,7 @@ int Fp8BlockGemm(const Fp8GemmParams& p, void* stream, Fp8BlockPath path) {
         const dim3 grid(static_cast<unsigned>((p.m + 15) / 16),
                         static_cast<unsigned>((p.n + kSkinnyRows - 1) / kSkinnyRows));
         if (grid.y > 65535u) return cudaErrorInvalidValue;
-        return LaunchDependent(SkinnyKernel<T>, grid, kThreads, 0, s, p, pairs);
+        return LaunchDependent(SkinnyKernel<T>, grid, kSkinnyThreads, 0, s, p, pairs);
       }
       case Fp8BlockPath::kTiled64:
         return LaunchTiled<64, T>(p, pairs, s);
