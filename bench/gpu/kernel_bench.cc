@@ -236,7 +236,8 @@ Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
     for (auto [path, label] : {std::pair{kc::Fp8BlockPath::kSkinny, "skinny"},
                                std::pair{kc::Fp8BlockPath::kTiled64, "tiled64"},
                                std::pair{kc::Fp8BlockPath::kTiled128, "tiled128"},
-                               std::pair{kc::Fp8BlockPath::kWgmma, "wgmma"}}) {
+                               std::pair{kc::Fp8BlockPath::kWgmma64, "wgmma64"},
+                               std::pair{kc::Fp8BlockPath::kWgmma128, "wgmma128"}}) {
       int64_t i = 0;
       kc::Fp8GemmParams p;
       p.x = x8.data();

@@ -440,9 +440,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp8BlockCase{3, 200, 4096, DType::kF32, Path::kTiled64},
                       Fp8BlockCase{300, 200, 4096, DType::kF32, Path::kTiled128},
                       Fp8BlockCase{130, 131, 384, DType::kBF16, Path::kTiled128},
-                      Fp8BlockCase{300, 200, 4096, DType::kF32, Path::kWgmma},
-                      Fp8BlockCase{17, 4096, 256, DType::kF32, Path::kWgmma},
-                      Fp8BlockCase{130, 131, 384, DType::kBF16, Path::kWgmma}));
+                      Fp8BlockCase{300, 200, 4096, DType::kF32, Path::kWgmma128},
+                      Fp8BlockCase{17, 4096, 256, DType::kF32, Path::kWgmma128},
+                      Fp8BlockCase{130, 131, 384, DType::kBF16, Path::kWgmma128},
+                      Fp8BlockCase{1500, 200, 256, DType::kF32, Path::kWgmma64},
+                      Fp8BlockCase{70, 131, 384, DType::kBF16, Path::kWgmma64}));
 
 }  // namespace
 }  // namespace dinfer

@@ -105,12 +105,15 @@ struct Fp8GemmParams {
 // multiple of 128, ldx and ldw multiples of 16, x and w 16-byte aligned; any m and n.
 //   kSkinny:   a few rows (decode): warps split k and read the weights once per 16 rows straight
 //              into mma.sync fragments (memory-bound);
-//   kWgmma:    128 x 128 tiles of y on wgmma (sm_90a), staged by a 4-deep cp.async ring;
+//   kWgmma64, kWgmma128: 64 or 128 x 128 tiles of y on wgmma (sm_90a) through a 4-deep cp.async
+//              ring, the next k block on the tensor cores while the last is promoted;
 //   kTiled64, kTiled128: 64 or 128 x 128 tiles on mma.sync m16n8k32, the same ring. Hopper runs
 //              e4m3 mma.sync as f16 HMMA after unpacking (SASS), far below wgmma: kept to compare.
-// kAuto: kSkinny up to kFp8BlockSkinnyMaxRows rows, else kWgmma.
-enum class Fp8BlockPath { kAuto, kSkinny, kTiled64, kTiled128, kWgmma };
+// kAuto: kSkinny up to kFp8BlockSkinnyMaxRows rows, kWgmma64 up to kFp8BlockWgmma64MaxRows (more
+// tiles to fill the multiprocessors), else kWgmma128.
+enum class Fp8BlockPath { kAuto, kSkinny, kTiled64, kTiled128, kWgmma64, kWgmma128 };
 inline constexpr int64_t kFp8BlockSkinnyMaxRows = 16;
+inline constexpr int64_t kFp8BlockWgmma64MaxRows = 256;
 bool Fp8BlockGemmSupports(const Fp8GemmParams& p);
 int Fp8BlockGemm(const Fp8GemmParams& p, void* stream, Fp8BlockPath path = Fp8BlockPath::kAuto);
 

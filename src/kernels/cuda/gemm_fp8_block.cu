@@ -3,10 +3,10 @@
 // than f32, so each 128-wide k block is summed in a fresh register set and then promoted:
 // acc += partial * x_scale[kb, row] * w_scale[nb, kb], which also applies the scales exactly
 // where they change.
-//   Wgmma (sm_90a): a CTA of two warpgroups computes a 128 x 128 tile of y, k blocks of 128 bytes
-//     staged through a 4-deep cp.async ring in shared memory, 16-byte chunks XOR-swizzled by row
-//     (the 128-byte swizzle wgmma reads, and conflict-free for ldmatrix). The 128 columns of a
-//     tile are one weight block row, so one w_scale a k block serves the whole CTA.
+//   Wgmma (sm_90a): a CTA of one or two warpgroups computes a 64 or 128 x 128 tile of y, k blocks
+//     of 128 bytes staged through a 4-deep cp.async ring in shared memory, 16-byte chunks
+//     XOR-swizzled by row (the 128-byte swizzle wgmma reads, and conflict-free for ldmatrix). The
+//     128 columns of a tile are one weight block row, so one w_scale a k block serves the CTA.
 //   Tiled: the same ring and tiles (or 64 x 128) on mma.sync m16n8k32, 8 warps (2 x 4).
 //   Skinny (decode, a few rows): a CTA of 8 warps owns 8 weight rows and 16 activation rows; its
 //     warps split the k blocks and read their weights straight into mma fragments (16-byte loads,
@@ -83,9 +83,9 @@ __device__ __forceinline__ TileOrigin GroupedTile(const Fp8GemmParams& p) {
 }
 
 // Copies k block kb of the tile's kBm rows of x and kBn rows of w into a stage (x first, 128-byte
-// rows, swizzled): each thread takes 16-byte chunk (tid % 8) of rows tid / 8 + 32 j. Rows past
-// the end are zero-filled (from a valid address).
-template <int kBm>
+// rows, swizzled): each of kCopiers threads takes 16-byte chunk (tid % 8) of rows
+// tid / 8 + (kCopiers / 8) j. Rows past the end are zero-filled (from a valid address).
+template <int kBm, int kCopiers = kThreads>
 struct StageLoader {
   const uint8_t *x, *w, *x_src, *w_src;
   int64_t ldx, ldw;
@@ -105,7 +105,7 @@ struct StageLoader {
   __device__ __forceinline__ void Load(uint8_t* stage, int kb) const {
     uint8_t* sb = stage + kBm * kBk;
     const int64_t k0 = static_cast<int64_t>(kb) * kBk;
-    constexpr int kRowStep = kThreads / 8;
+    constexpr int kRowStep = kCopiers / 8;
 #pragma unroll
     for (int j = 0; j < kBm / kRowStep; ++j) {
       const int r = row + j * kRowStep;
@@ -263,15 +263,19 @@ __device__ __forceinline__ uint64_t MatrixDesc(const void* smem) {
          (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
-constexpr int kWgmmaSmem = kStages * (128 + kBn) * kBk + 1024;  // + alignment of the stages
+template <int kWarpgroups>
+constexpr int WgmmaSmem() {
+  return kStages * (64 * kWarpgroups + kBn) * kBk + 1024;  // + alignment of the stages
+}
 
-// The tiled product on wgmma (sm_90a): two warpgroups, each 64 rows of a 128 x 128 tile of y,
-// from the same 4-stage cp.async ring; the four m64n128k32 of a k block sum into a fresh
-// register set (scale-d off on the first), promoted once the group completes.
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 1)
+// The tiled product on wgmma (sm_90a): kWarpgroups warpgroups, each 64 rows of a 64 kWarpgroups
+// x 128 tile of y, from the same 4-stage cp.async ring; the four m64n128k32 of a k block sum
+// into a fresh register set (scale-d off on the first), promoted once the group completes. One
+// warpgroup (two CTAs a multiprocessor) makes more tiles where there are few rows.
+template <int kWarpgroups, typename T>
+__global__ void __launch_bounds__(128 * kWarpgroups, 2 / kWarpgroups)
     WgmmaKernel(const Fp8GemmParams p, const bool pairs) {
-  constexpr int kBm = 128;
+  constexpr int kBm = 64 * kWarpgroups;
   constexpr int kStageBytes = (kBm + kBn) * kBk;
   extern __shared__ uint4 smem_raw[];
   // The swizzle repeats every 1,024 bytes: stages start on such a boundary.
@@ -284,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2;
   const int g = lane >> 2, t = lane & 3;
-  const StageLoader<kBm> loader(p, o, tid);
+  const StageLoader<kBm, 128 * kWarpgroups> loader(p, o, tid);
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -460,14 +464,16 @@ cudaError_t LaunchTiled(const Fp8GemmParams& p, bool pairs, cudaStream_t stream)
                          TiledSmem<kBm>(), stream, p, pairs);
 }
 
-template <typename T>
+template <int kWarpgroups, typename T>
 cudaError_t LaunchWgmma(const Fp8GemmParams& p, bool pairs, cudaStream_t stream) {
+  constexpr int kBm = 64 * kWarpgroups;
   static const cudaError_t configured =
-      cudaFuncSetAttribute(WgmmaKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgmmaSmem);
+      cudaFuncSetAttribute(WgmmaKernel<kWarpgroups, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           WgmmaSmem<kWarpgroups>());
   if (configured != cudaSuccess) return configured;
-  const int64_t tiles = ((p.m + 127) / 128) * ((p.n + kBn - 1) / kBn);
-  return LaunchDependent(WgmmaKernel<T>, dim3(static_cast<unsigned>(tiles)), kThreads, kWgmmaSmem,
-                         stream, p, pairs);
+  const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kBn - 1) / kBn);
+  return LaunchDependent(WgmmaKernel<kWarpgroups, T>, dim3(static_cast<unsigned>(tiles)),
+                         128 * kWarpgroups, WgmmaSmem<kWarpgroups>(), stream, p, pairs);
 }
 
 }  // namespace
@@ -487,7 +493,9 @@ int Fp8BlockGemm(const Fp8GemmParams& p, void* stream, Fp8BlockPath path) {
   const bool pairs =
       p.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % static_cast<uintptr_t>(2 * elem) == 0;
   if (path == Fp8BlockPath::kAuto) {
-    path = p.m <= kFp8BlockSkinnyMaxRows ? Fp8BlockPath::kSkinny : Fp8BlockPath::kWgmma;
+    path = p.m <= kFp8BlockSkinnyMaxRows    ? Fp8BlockPath::kSkinny
+           : p.m <= kFp8BlockWgmma64MaxRows ? Fp8BlockPath::kWgmma64
+                                            : Fp8BlockPath::kWgmma128;
   }
   return DispatchFloat(p.out_dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -500,8 +508,10 @@ int Fp8BlockGemm(const Fp8GemmParams& p, void* stream, Fp8BlockPath path) {
       }
       case Fp8BlockPath::kTiled64:
         return LaunchTiled<64, T>(p, pairs, s);
-      case Fp8BlockPath::kWgmma:
-        return LaunchWgmma<T>(p, pairs, s);
+      case Fp8BlockPath::kWgmma64:
+        return LaunchWgmma<1, T>(p, pairs, s);
+      case Fp8BlockPath::kWgmma128:
+        return LaunchWgmma<2, T>(p, pairs, s);
       default:
         return LaunchTiled<128, T>(p, pairs, s);
     }
