@@ -125,9 +125,10 @@ Status GemmRows(const cuda::Stream& s, Table& t) {
   return OkStatus();
 }
 
-// FP8 products through cuBLASLt (e4m3 x and w, bf16 out) with each kind of scales, on the 8B
-// shapes and on 8192³ (the FP8 rate this GPU reaches through cuBLASLt); also the activation
-// quantization that feeds them.
+// FP8 products (e4m3 x and w, bf16 out) with each kind of scales, on the 8B shapes from decode
+// (m = 1) to prefill (m = 16384) and on 8192³ (the FP8 rate this GPU reaches through cuBLASLt):
+// per-tensor and per-channel scales through cuBLASLt, 128 x 128 block scales through our kernel
+// (its paths side by side at m = 16 and 256); also the activation quantization.
 Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
   DINFER_ASSIGN_OR_RETURN(auto gemm, kc::GemmRunner::Create());
   struct Shape {
@@ -136,7 +137,7 @@ Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
   };
   const int64_t max_m = 16384, big = 8192;
   std::vector<Shape> shapes;
-  for (int64_t m : {int64_t{128}, int64_t{2048}, max_m}) {
+  for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{256}, int64_t{2048}, max_m}) {
     shapes.push_back({"qkv", m, kHidden + 2 * kKvHeads * kHeadDim, kHidden});
     shapes.push_back({"o", m, kHidden, kHidden});
     shapes.push_back({"gate_up", m, 2 * kInter, kHidden});
@@ -199,6 +200,9 @@ Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
       q.scale = static_cast<float*>(x_scale.data());
       DINFER_RETURN_IF_ERROR(cuda::CudaStatus(kc::QuantizeFp8(q, s.get()), "quantize"));
     }
+    // Weights once, activations once, bf16 out.
+    const double bytes = double(w_bytes) + sh.m * sh.k + 2.0 * sh.m * sh.n;
+    const double flops = 2.0 * sh.m * sh.n * sh.k;
     for (auto [scaling, label] : {std::pair{kc::Fp8Scaling::kTensor, "tensor"},
                                   std::pair{kc::Fp8Scaling::kChannel, "channel"},
                                   std::pair{kc::Fp8Scaling::kBlock128, "block128"}}) {
@@ -225,7 +229,35 @@ Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
         std::printf("%-44s %s\n", name.c_str(), timed.status().ToString().c_str());
         continue;
       }
-      t.Add(name, *timed, 0.0, 2.0 * sh.m * sh.n * sh.k, true);
+      t.Add(name, *timed, bytes, flops, true);
+    }
+    // The block-scaled kernel's paths side by side where the automatic choice changes.
+    if (sh.n == big || (sh.m != 16 && sh.m != 256)) continue;
+    for (auto [path, label] : {std::pair{kc::Fp8BlockPath::kSkinny, "skinny"},
+                               std::pair{kc::Fp8BlockPath::kTiled64, "tiled64"},
+                               std::pair{kc::Fp8BlockPath::kTiled128, "tiled128"},
+                               std::pair{kc::Fp8BlockPath::kWgmma64, "wgmma64"},
+                               std::pair{kc::Fp8BlockPath::kWgmma128, "wgmma128"}}) {
+      int64_t i = 0;
+      kc::Fp8GemmParams p;
+      p.x = x8.data();
+      p.y = y.data();
+      p.m = sh.m;
+      p.n = sh.n;
+      p.k = sh.k;
+      p.ldx = p.ldw = sh.k;
+      p.ldy = sh.n;
+      p.scaling = kc::Fp8Scaling::kBlock128;
+      p.x_scale = static_cast<const float*>(x_scale.data());
+      p.w_scale = static_cast<const float*>(w_scale.data());
+      DINFER_ASSIGN_OR_RETURN(double ms, TimeMs(s, 3, 20, [&] {
+                                p.w = static_cast<char*>(w.data()) + (i++ % copies) * w_bytes;
+                                return cuda::CudaStatus(kc::Fp8BlockGemm(p, s.get(), path),
+                                                        "fp8 block gemm");
+                              }));
+      t.Add(
+          std::string("fp8 gemm ") + sh.name + " m=" + std::to_string(sh.m) + " block128 " + label,
+          ms, bytes, flops, true);
     }
   }
   return OkStatus();

@@ -2,7 +2,8 @@
 // GEMV kernel for a few rows, against a double-precision product of the same (rounded) inputs;
 // FP8 products (per-tensor, per-channel and 128 x 128 block scales) and the activation
 // quantization feeding them, against the product of the values their bytes and scales stand for
-// (block-scaled weights dequantized by the CPU's FP8 path, kernels/cpu/quant.h).
+// (block-scaled weights dequantized by the CPU's FP8 path, kernels/cpu/quant.h); the
+// block-scaled kernel on each of its paths with scales that vary widely from block to block.
 #include "kernels/cuda/gemm.h"
 #include "gpu_test_util.h"
 #include "kernels/cpu/ops.h"
@@ -324,12 +325,8 @@ TEST_P(Fp8GemmTest, MatchesDequantizedProduct) {
   p.scaling = tc.scaling;
   p.x_scale = static_cast<const float*>(d_xs.data());
   p.w_scale = static_cast<const float*>(d_ws.data());
-  const Status run = (*runner)->RunFp8(p, nullptr);
-  if (tc.scaling == kc::Fp8Scaling::kBlock128 && run.code() == StatusCode::kUnimplemented) {
-    GTEST_SKIP() << run.ToString();  // this cuBLASLt offers no block-scaled FP8 algorithm
-  }
-  ASSERT_STATUS_OK(run);
-  // Hopper's FP8 tensor cores accumulate with fewer bits than f32 between cuBLASLt's promotions.
+  ASSERT_STATUS_OK((*runner)->RunFp8(p, nullptr));
+  // Hopper's FP8 tensor cores accumulate with fewer bits than f32 between promotions to f32.
   const double tol = tc.out == DType::kF32 ? 1e-3 : Tolerance(tc.out);
   EXPECT_LE(RelError(Download(d_y, m * n, tc.out), RoundTo(tc.out, want)), tol);
 }
@@ -342,6 +339,112 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp8Case{200, 384, 1024, kc::Fp8Scaling::kChannel, DType::kF32},
                       Fp8Case{64, 256, 512, kc::Fp8Scaling::kBlock128, DType::kBF16},
                       Fp8Case{130, 320, 768, kc::Fp8Scaling::kBlock128, DType::kF32}));
+
+// The block-scaled kernel (Fp8BlockGemm) on random e4m3 bytes with scales that differ by up to
+// 2^8 from block to block, on each of its paths, against the exact products summed in double.
+struct Fp8BlockCase {
+  int64_t m, n, k;
+  DType out;
+  kc::Fp8BlockPath path;  // kAuto: through GemmRunner::RunFp8
+};
+
+std::ostream& operator<<(std::ostream& os, const Fp8BlockCase& c) {
+  return os << c.m << "x" << c.n << "x" << c.k << " -> " << DTypeName(c.out) << " path "
+            << static_cast<int>(c.path);
+}
+
+class Fp8BlockGemmTest : public ::testing::TestWithParam<Fp8BlockCase> {};
+
+TEST_P(Fp8BlockGemmTest, MatchesExactProduct) {
+  SKIP_WITHOUT_GPU();
+  const Fp8BlockCase tc = GetParam();
+  const int64_t m = tc.m, n = tc.n, k = tc.k, kb = k / 128, nb = (n + 127) / 128;
+  std::mt19937 rng(static_cast<uint32_t>(m * 31 + n * 7 + k + static_cast<int>(tc.path)));
+  std::uniform_int_distribution<int> exponent(-4, 4);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  auto scales = [&](int64_t count) {
+    std::vector<float> v(count);
+    for (auto& a : v) a = std::ldexp(mantissa(rng), exponent(rng));
+    return v;
+  };
+  // Bytes of values up to about 100 in magnitude, the range e4m3 codes spread over.
+  auto bytes = [&](int64_t count) {
+    std::vector<uint8_t> v(count);
+    std::normal_distribution<float> nd(0.0f, 30.0f);
+    for (auto& b : v) b = ToE4M3(nd(rng));
+    return v;
+  };
+  const auto x8 = bytes(m * k), w8 = bytes(n * k);
+  const auto x_scale = scales(kb * m), w_scale = scales(nb * kb);
+  std::vector<float> xv(m * k), wv(n * k);
+  for (int64_t i = 0; i < m * k; ++i) {
+    xv[i] = kernels::cpu::E4M3ToF32(x8[i]) * x_scale[(i % k / 128) * m + i / k];
+  }
+  for (int64_t i = 0; i < n * k; ++i) {
+    wv[i] = kernels::cpu::E4M3ToF32(w8[i]) * w_scale[(i / k / 128) * kb + i % k / 128];
+  }
+  std::vector<float> want(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t l = 0; l < k; ++l) acc += double{xv[i * k + l]} * wv[j * k + l];
+      want[i * n + j] = static_cast<float>(acc);
+    }
+  }
+
+  auto d_x = UploadRaw(x8);
+  auto d_w = UploadRaw(w8);
+  auto d_xs = UploadRaw(x_scale);
+  auto d_ws = UploadRaw(w_scale);
+  auto d_y = Poisoned(m * n, tc.out);
+  kc::Fp8GemmParams p;
+  p.x = d_x.data();
+  p.w = d_w.data();
+  p.y = d_y.data();
+  p.ldx = p.ldw = k;
+  p.ldy = n;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.out_dtype = tc.out;
+  p.scaling = kc::Fp8Scaling::kBlock128;
+  p.x_scale = static_cast<const float*>(d_xs.data());
+  p.w_scale = static_cast<const float*>(d_ws.data());
+  if (tc.path == kc::Fp8BlockPath::kAuto) {
+    auto runner = kc::GemmRunner::Create();
+    ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+    ASSERT_STATUS_OK((*runner)->RunFp8(p, nullptr));
+  } else {
+    ASSERT_CUDA_OK(kc::Fp8BlockGemm(p, nullptr, tc.path));
+  }
+  // Each block's tensor-core sum keeps fewer bits than f32; the blocks add up in f32.
+  const double tol = tc.out == DType::kF32 ? 1e-3 : Tolerance(tc.out);
+  EXPECT_LE(RelError(Download(d_y, m * n, tc.out), RoundTo(tc.out, want)), tol);
+}
+
+using Path = kc::Fp8BlockPath;
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Fp8BlockGemmTest,
+    ::testing::Values(Fp8BlockCase{1, 4096, 4096, DType::kBF16, Path::kAuto},
+                      Fp8BlockCase{1, 200, 128, DType::kF32, Path::kAuto},
+                      Fp8BlockCase{3, 200, 4096, DType::kF32, Path::kAuto},
+                      Fp8BlockCase{3, 4096, 128, DType::kBF16, Path::kAuto},
+                      Fp8BlockCase{16, 4096, 128, DType::kF32, Path::kAuto},
+                      Fp8BlockCase{64, 128, 128, DType::kF32, Path::kAuto},
+                      Fp8BlockCase{64, 4096, 4096, DType::kBF16, Path::kAuto},
+                      Fp8BlockCase{300, 200, 4096, DType::kF32, Path::kAuto},
+                      Fp8BlockCase{300, 4096, 128, DType::kBF16, Path::kAuto},
+                      Fp8BlockCase{1500, 200, 256, DType::kF32, Path::kAuto},
+                      Fp8BlockCase{5, 203, 256, DType::kBF16, Path::kAuto},
+                      Fp8BlockCase{40, 200, 512, DType::kF32, Path::kSkinny},
+                      Fp8BlockCase{3, 200, 4096, DType::kF32, Path::kTiled64},
+                      Fp8BlockCase{300, 200, 4096, DType::kF32, Path::kTiled128},
+                      Fp8BlockCase{130, 131, 384, DType::kBF16, Path::kTiled128},
+                      Fp8BlockCase{300, 200, 4096, DType::kF32, Path::kWgmma128},
+                      Fp8BlockCase{17, 4096, 256, DType::kF32, Path::kWgmma128},
+                      Fp8BlockCase{130, 131, 384, DType::kBF16, Path::kWgmma128},
+                      Fp8BlockCase{1500, 200, 256, DType::kF32, Path::kWgmma64},
+                      Fp8BlockCase{70, 131, 384, DType::kBF16, Path::kWgmma64}));
 
 }  // namespace
 }  // namespace dinfer

@@ -24,18 +24,6 @@ cudaDataType_t CudaType(DType t) {
   }
 }
 
-// cuBLASLt's scale modes for an FP8 product: {A (the weights), B (the activations)}.
-std::pair<int32_t, int32_t> ScaleModes(Fp8Scaling s) {
-  switch (s) {
-    case Fp8Scaling::kTensor:
-    case Fp8Scaling::kChannel:  // unit scalars; ScaleOuter applies the vectors
-      return {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
-    case Fp8Scaling::kBlock128:
-      return {CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F};
-  }
-  return {0, 0};
-}
-
 }  // namespace
 
 // Descriptors and the algorithm for one shape; the column-major view cuBLASLt sees is
@@ -78,7 +66,7 @@ GemmRunner::~GemmRunner() {
   if (handle_ != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-StatusOr<const GemmRunner::Plan*> GemmRunner::PlanFor(const GemmParams& p, Fp8Scaling scaling) {
+StatusOr<const GemmRunner::Plan*> GemmRunner::PlanFor(const GemmParams& p) {
   const bool fp8 = p.in_dtype == DType::kF8E4M3;
   const Key key{p.m,
                 p.n,
@@ -87,8 +75,7 @@ StatusOr<const GemmRunner::Plan*> GemmRunner::PlanFor(const GemmParams& p, Fp8Sc
                 p.ldw,
                 p.ldy,
                 static_cast<int>(p.in_dtype),
-                static_cast<int>(p.out_dtype),
-                fp8 ? static_cast<int>(scaling) : 0};
+                static_cast<int>(p.out_dtype)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   auto plan = std::make_unique<Plan>();
@@ -104,7 +91,8 @@ StatusOr<const GemmRunner::Plan*> GemmRunner::PlanFor(const GemmParams& p, Fp8Sc
                                               sizeof(trans_b)),
                "transb"));
   if (fp8) {
-    const auto [a_mode, b_mode] = ScaleModes(scaling);
+    // One f32 scale per operand: kChannel's vectors are applied after the product (ScaleOuter).
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, b_mode = a_mode;
     DINFER_RETURN_IF_ERROR(
         LtStatus(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
                                                 &a_mode, sizeof(a_mode)),
@@ -198,6 +186,17 @@ Status GemmRunner::RunFp8(const Fp8GemmParams& p, void* stream) {
   if (p.x_scale == nullptr || p.w_scale == nullptr) {
     return InvalidArgument("FP8 GEMM without scales");
   }
+  if (p.scaling == Fp8Scaling::kBlock128) {
+    // cuBLASLt 13.0 has no algorithm for block scales on the H200 (gemm.h): ours runs them.
+    if (!Fp8BlockGemmSupports(p)) {
+      return InvalidArgument("FP8 GEMM with block scales needs 16-byte aligned x and w");
+    }
+    const int e = Fp8BlockGemm(p, stream);
+    if (e != 0) {
+      return Internal("FP8 block GEMM: {}", cudaGetErrorString(static_cast<cudaError_t>(e)));
+    }
+    return OkStatus();
+  }
   GemmParams g;
   g.x = p.x;
   g.w = p.w;
@@ -211,12 +210,7 @@ Status GemmRunner::RunFp8(const Fp8GemmParams& p, void* stream) {
   g.in_dtype = DType::kF8E4M3;
   g.out_dtype = p.out_dtype;
   const bool after = p.scaling == Fp8Scaling::kChannel;
-  auto plan_or = PlanFor(g, after ? Fp8Scaling::kTensor : p.scaling);
-  if (!plan_or.ok() && p.scaling == Fp8Scaling::kBlock128) {
-    return Unimplemented("FP8 GEMM with 128x128 block scales: cuBLASLt has no algorithm here ({})",
-                         plan_or.status().ToString());
-  }
-  DINFER_ASSIGN_OR_RETURN(const Plan* plan, std::move(plan_or));
+  DINFER_ASSIGN_OR_RETURN(const Plan* plan, PlanFor(g));
   // The scale pointers change from call to call; the descriptor only carries them.
   const float* a_scale = after ? unit_scale_ : p.w_scale;
   const float* b_scale = after ? unit_scale_ : p.x_scale;

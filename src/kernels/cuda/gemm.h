@@ -1,7 +1,8 @@
 // Matrix products of activations with weights, y[m, n] = x[m, k] · w[n, k]ᵀ (the layout of
 // kernels/cpu MatmulParams): cuBLASLt for most shapes, and a bf16 GEMV kernel of our own for a
 // few rows (decode), which reads the weights once at close to memory bandwidth. FP8 products
-// (e4m3 weights and activations with f32 scales, f32 accumulation) run through cuBLASLt too.
+// (e4m3 weights and activations with f32 scales, f32 accumulation) run through cuBLASLt too,
+// except those with 128 x 128 block scales: a kernel of our own (Fp8BlockGemm).
 // GemmRunner owns a cuBLASLt handle, its workspace and the algorithms chosen per shape.
 // Thread-safety: one thread uses a GemmRunner at a time (one per stream).
 #pragma once
@@ -82,8 +83,8 @@ int GemvFused(const GemvFusedParams& p, void* stream);
 //   kBlock128: w in 128 x 128 blocks, w_scale [ceil(n / 128), ceil(k / 128)] row-major (as
 //              DeepSeek checkpoints store weight_scale_inv), x in 1 x 128 groups, x_scale
 //              [ceil(k / 128), m] (m contiguous: cuBLASLt's layout); k a multiple of 128.
-//              cuBLASLt's BLK128x128 / VEC128 modes: the same H200 refused them too, so RunFp8
-//              reports Unimplemented where cuBLASLt has no algorithm.
+//              cuBLASLt 13.0 on the H200 has no algorithm for its BLK128x128 / VEC128 modes
+//              (measured), so RunFp8 runs Fp8BlockGemm below, our kernel, for these.
 // Scales are device pointers, read when the product runs.
 enum class Fp8Scaling { kTensor, kChannel, kBlock128 };
 struct Fp8GemmParams {
@@ -97,6 +98,24 @@ struct Fp8GemmParams {
   const float* x_scale = nullptr;
   const float* w_scale = nullptr;
 };
+
+// The block-scaled FP8 product (Fp8Scaling::kBlock128) of our own (gemm_fp8_block.cu): each
+// 128-wide k block is summed apart on the tensor cores and added to f32 accumulators times its
+// two scales, so the tensor cores' short FP8 sums never span more than one block. Needs k a
+// multiple of 128, ldx and ldw multiples of 16, x and w 16-byte aligned; any m and n.
+//   kSkinny:   a few rows (decode): warps split k and read the weights once per 16 rows straight
+//              into mma.sync fragments (memory-bound);
+//   kWgmma64, kWgmma128: 64 or 128 x 128 tiles of y on wgmma (sm_90a) through a 4-deep cp.async
+//              ring, the next k block on the tensor cores while the last is promoted;
+//   kTiled64, kTiled128: 64 or 128 x 128 tiles on mma.sync m16n8k32, the same ring. Hopper runs
+//              e4m3 mma.sync as f16 HMMA after unpacking (SASS), far below wgmma: kept to compare.
+// kAuto: kSkinny up to kFp8BlockSkinnyMaxRows rows, kWgmma64 up to kFp8BlockWgmma64MaxRows (more
+// tiles to fill the multiprocessors), else kWgmma128.
+enum class Fp8BlockPath { kAuto, kSkinny, kTiled64, kTiled128, kWgmma64, kWgmma128 };
+inline constexpr int64_t kFp8BlockSkinnyMaxRows = 16;
+inline constexpr int64_t kFp8BlockWgmma64MaxRows = 256;
+bool Fp8BlockGemmSupports(const Fp8GemmParams& p);
+int Fp8BlockGemm(const Fp8GemmParams& p, void* stream, Fp8BlockPath path = Fp8BlockPath::kAuto);
 
 // Activations to e4m3 for an FP8 product: x [m, ldx] (bf16 or f32) → out [m, k] e4m3 and the
 // scales Fp8GemmParams reads for `scaling`. kTensor divides by the given *scale (static, e.g.
@@ -125,10 +144,10 @@ class GemmRunner {
 
  private:
   struct Plan;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
   GemmRunner() = default;
-  // p.in_dtype kF8E4M3: an FP8 plan with `scaling`'s scale modes.
-  StatusOr<const Plan*> PlanFor(const GemmParams& p, Fp8Scaling scaling = Fp8Scaling::kTensor);
+  // p.in_dtype kF8E4M3: an FP8 plan with one f32 scale per operand.
+  StatusOr<const Plan*> PlanFor(const GemmParams& p);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
