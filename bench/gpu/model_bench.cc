@@ -84,8 +84,27 @@ double ForwardFlops(const ModelConfig& c, double tokens, double pairs, double lo
          4.0 * c.head_dim * c.num_heads * c.num_layers * pairs;
 }
 
-double KvBytesPerToken(const ModelConfig& c) {
-  return 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 2;
+double KvBytesPerToken(const ModelConfig& c, double elem_bytes = 2) {
+  return 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * elem_bytes;
+}
+
+// The hardware bound of `seqs` sequences of `in` prompt tokens and `out` output tokens on this GPU,
+// in seconds: the prompts' linear layers and attention at the measured GEMM rate; each decode
+// step's linear layers at that rate or reading the weights at the measured bandwidth, whichever
+// takes longer, plus the step's KV cache read at that bandwidth; one after the other (as a
+// forward pass runs them: compute-bound and memory-bound kernels do not overlap).
+double ServingRooflineSeconds(const ModelConfig& c, double weight_bytes, double kv_bytes_per_token,
+                              double linear_tflops, const Limits& limits, int64_t seqs, int64_t in,
+                              int64_t out) {
+  const double flop_s = linear_tflops * 1e12, byte_s = limits.read_gbs * 1e9;
+  const double pairs = static_cast<double>(in) * (in + 1) / 2.0;
+  double t = ForwardFlops(c, static_cast<double>(seqs * in), seqs * pairs, seqs) / flop_s;
+  for (int64_t i = 1; i < out; ++i) {
+    const double keys = static_cast<double>(in + i);  // each sequence's keys at this step
+    const double linear = ForwardFlops(c, seqs, 0, seqs) / flop_s;
+    t += std::max(linear, weight_bytes / byte_s) + seqs * keys * kv_bytes_per_token / byte_s;
+  }
+  return t;
 }
 
 }  // namespace
@@ -131,7 +150,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
     DINFER_ASSIGN_OR_RETURN(float ms, cuda::Event::ElapsedMs(start, end));
     const double step_ms = ms / kSteps;
     const double avg_ctx = (first_pos + pos) / 2.0;
-    const double bytes = weight_bytes + avg_ctx * KvBytesPerToken(c);
+    const double bytes = weight_bytes + avg_ctx * KvBytesPerToken(c, o.fp8 ? 1 : 2);
     const double floor_ms = bytes / limits.read_gbs / 1e6;
     out["decode_b1"] = json::object{{"step_ms", step_ms},         {"tok_s", 1000.0 / step_ms},
                                     {"bytes_per_step", bytes},    {"roofline_step_ms", floor_ms},
@@ -219,8 +238,16 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
                                                     {"tok_s", 256.0 * kOut / total},
                                                     {"last_token_of_first_sequence", last[0]}};
     out["throughput_1000_1000_c256_tok_s"] = 256.0 * kOut / total;
-    std::printf("1000/1000 at 256: %.1f s (prefill %.1f s), %.0f output tok/s\n", total,
-                Seconds(start, prefilled), 256.0 * kOut / total);
+    // The bound for this run's KV dtype and linear-layer rate (bf16: the measured bf16 GEMM rate;
+    // FP8 weights: twice it, the tensor cores' FP8 rate).
+    const double roofline_s = ServingRooflineSeconds(
+        c, static_cast<double>(weight_bytes), KvBytesPerToken(c, o.fp8 ? 1 : 2),
+        limits.bf16_tflops * (o.fp8 ? 2 : 1), limits, 256, kIn, kOut);
+    out["throughput_1000_1000_c256_roofline_tok_s"] = 256.0 * kOut / roofline_s;
+    out["throughput_1000_1000_c256_roofline_fraction"] = roofline_s / total;
+    std::printf(
+        "1000/1000 at 256: %.1f s (prefill %.1f s), %.0f output tok/s; roofline %.0f tok/s\n",
+        total, Seconds(start, prefilled), 256.0 * kOut / total, 256.0 * kOut / roofline_s);
   }
   out["graphs_captured"] = static_cast<int64_t>(r.graphs_captured());
   return out;
