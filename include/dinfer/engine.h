@@ -46,8 +46,9 @@ struct EngineOptions {
   std::string quantization = "none";
   // Speculative decoding: tokens the model's draft (MTP) layer proposes per decode step, verified
   // by the next step (0: off; 1: DeepSeek-V4's MTP layer). Models without a draft layer refuse
-  // it. CPU only; greedy requests without penalties, grammar or logprobs speculate, the others
-  // decode as usual; the engine steps synchronously while it is on.
+  // it. CPU only; requests without a grammar or logprobs speculate (greedy or sampled, with
+  // penalties: outputs are token for token those without speculation), the others decode as
+  // usual; the engine steps synchronously while it is on.
   int num_speculative_tokens = 0;
 };
 

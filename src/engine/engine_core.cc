@@ -257,9 +257,10 @@ Status EngineCore::AddRequest(int64_t id, std::vector<int32_t> prompt,
   live.options = options;
   live.sampler = std::move(sampler);
   live.matcher = std::move(matcher);
-  live.speculate = speculative_ && sp.temperature == 0.0 && sp.repetition_penalty == 1.0 &&
-                   sp.presence_penalty == 0.0 && sp.frequency_penalty == 0.0 &&
-                   sp.min_tokens == 0 && sp.logprobs < 0 && !live.matcher;
+  // Verification samples each row as decoding without drafts would (same sampler state, same
+  // random step), so any sampling speculates except what needs more than tokens per row:
+  // logprobs of the accepted drafts' successors and grammar masks of rows after a draft.
+  live.speculate = speculative_ && sp.logprobs < 0 && !live.matcher;
   live_.emplace(id, std::move(live));
   return OkStatus();
 }
@@ -476,8 +477,13 @@ Status EngineCore::VerifyAndDraft(const StepJob& job, const TensorView& logits,
   const float* all = logits.as<float>();
   result.extra.assign(job.samplers.size(), {});
   result.proposals.assign(job.samplers.size(), {});
-  // Greedy verification: a draft is accepted while the target's token before it equals it; the
-  // row after an accepted draft gives one more token. Stops and the token limit end the run.
+  // Verification: a draft is accepted while the token sampled before it equals it; the row after
+  // an accepted draft then gives one more token. Stops and the token limit end the run. Each row
+  // is sampled with the sampler holding every token before it (accepted here, one at a time, so
+  // penalties and min_tokens see them) and with the next random step, exactly as decoding without
+  // drafts samples it: the outputs are the same token for token, greedy or not. For a sampled
+  // request this is speculative sampling with a one-token draft distribution: the draft d is
+  // accepted with probability p(d) and otherwise the token comes from p without d, renormalized.
   int64_t first_row = 0;
   for (size_t i = 0; i < job.samplers.size(); ++i) {
     const std::vector<int32_t>& draft = job.drafts[i];
@@ -489,6 +495,7 @@ Status EngineCore::VerifyAndDraft(const StepJob& job, const TensorView& logits,
       const auto emitted = static_cast<int64_t>(result.extra[i].size()) + 1;
       if (last != draft[j] || stop || emitted >= job.remaining[i]) break;
       const float* r = all + (first_row + n + static_cast<int64_t>(j)) * vocab;
+      job.samplers[i]->Accept(last);  // Resolve accepts only the last emitted token
       last = job.samplers[i]->Sample(std::span<const float>(r, static_cast<size_t>(vocab)));
       result.extra[i].push_back(last);
     }
@@ -627,10 +634,9 @@ void EngineCore::Resolve(const sched::StepPlan& plan, const StepResult& result) 
       scheduler_.SetDraft(c.id, result.proposals[i]);
     }
     if (it != live_.end()) {
-      it->second.sampler->Accept(result.sampled[i]);
-      if (speculative_) {
-        for (int32_t t : result.extra[i]) it->second.sampler->Accept(t);
-      }
+      // Verification accepted every emitted token but the last (VerifyAndDraft).
+      const bool extra = speculative_ && !result.extra[i].empty();
+      it->second.sampler->Accept(extra ? result.extra[i].back() : result.sampled[i]);
       // Masked sampling only draws allowed tokens; the matcher follows them.
       if (structured::Matcher* m = it->second.matcher.get(); m && result.errors[i].empty()) {
         if (!m->AcceptToken(result.sampled[i])) {

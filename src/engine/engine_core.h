@@ -121,8 +121,8 @@ class EngineCore {
     std::string grammar_error;  // the matcher refused a sampled token
     size_t reported = 0;        // generated tokens already reported
     std::vector<sample::SampleResult> logprobs;  // of generated tokens not yet reported
-    // Gets draft tokens: greedy, and nothing that depends on the accepted tokens before a draw
-    // (penalties, min_tokens, grammar) or reports per-token logprobs.
+    // Gets draft tokens: no grammar (its masks for the rows after a draft are not made) and no
+    // per-token logprobs (not reported for the drafts' successors).
     bool speculate = false;
   };
   // What one step computes, copied out of the scheduler so that it can plan the next one.

@@ -1,6 +1,7 @@
-// Speculative decoding with DeepSeek-V4's MTP layer as the draft: with greedy sampling the engine
-// emits exactly the tokens it emits without speculation, in batches of mixed lengths, with prefix
-// cache hits and with preemption; verification accepts some drafts and reports how many.
+// Speculative decoding with DeepSeek-V4's MTP layer as the draft: greedy or sampled (seeded, with
+// penalties), the engine emits exactly the tokens it emits without speculation, in batches of mixed
+// lengths, with prefix cache hits and with preemption; verification accepts some drafts and reports
+// how many.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,13 +41,32 @@ struct Outcome {
   EngineStats stats;
 };
 
-// Runs every prompt (ids 1, 2, ...) with greedy sampling: all at once, or one after the other.
+RequestOptions Greedy() {
+  RequestOptions o;
+  o.sampling.temperature = 0.0;
+  return o;
+}
+
+// Temperature, top-p, penalties and min_tokens, seeded.
+RequestOptions Sampled() {
+  RequestOptions o;
+  o.sampling.temperature = 0.8;
+  o.sampling.top_p = 0.95;
+  o.sampling.repetition_penalty = 1.1;
+  o.sampling.frequency_penalty = 0.2;
+  o.sampling.min_tokens = 3;
+  o.sampling.seed = 7;
+  o.has_seed = true;
+  return o;
+}
+
+// Runs every prompt (ids 1, 2, ...) with `options` (greedy by default): all at once, or one after
+// the other.
 Outcome RunAll(Model& model, const EngineConfig& cfg,
-               const std::vector<std::vector<int32_t>>& prompts, bool together) {
+               const std::vector<std::vector<int32_t>>& prompts, bool together,
+               RequestOptions options = Greedy()) {
   EngineCore core(model, cfg);
-  RequestOptions greedy;
-  greedy.sampling.temperature = 0.0;
-  greedy.ignore_eos = true;
+  options.ignore_eos = true;
   Outcome out;
   auto drain = [&] {
     while (core.HasWork()) {
@@ -59,8 +79,8 @@ Outcome RunAll(Model& model, const EngineConfig& cfg,
     }
   };
   for (size_t i = 0; i < prompts.size(); ++i) {
-    greedy.max_tokens = 6 + static_cast<int64_t>(i * 5 % 13);
-    EXPECT_TRUE(core.AddRequest(static_cast<int64_t>(i) + 1, prompts[i], greedy).ok());
+    options.max_tokens = 6 + static_cast<int64_t>(i * 5 % 13);
+    EXPECT_TRUE(core.AddRequest(static_cast<int64_t>(i) + 1, prompts[i], options).ok());
     if (!together) drain();
   }
   drain();
@@ -83,25 +103,28 @@ class SpeculativeTest : public ::testing::Test {
 };
 LoadedModel* SpeculativeTest::lm_ = nullptr;
 
-TEST_F(SpeculativeTest, GreedyOutputsMatchDecodingWithoutSpeculation) {
+TEST_F(SpeculativeTest, OutputsMatchDecodingWithoutSpeculation) {
   Model& model = *lm_->model;
   ASSERT_TRUE(model.has_draft_layer());
   const auto prompts = Prompts(model);
   struct Variant {
     int64_t block_size, num_kv_blocks, max_batched;
-    bool caching, together;
+    bool caching, together, sampled = false;
   };
   const Variant variants[] = {
-      {16, 64, 64, true, true},   // a batch of mixed lengths
-      {4, 200, 27, true, false},  // one after the other: prefix cache hits
-      {4, 200, 19, false, true},  // blocks of 4 without the prefix cache
-      {4, 30, 19, true, true},    // a cache too small for all: preemption
-      {16, 9, 64, false, true},   // preemption with blocks of 16
+      {16, 64, 64, true, true},        // a batch of mixed lengths
+      {4, 200, 27, true, false},       // one after the other: prefix cache hits
+      {4, 200, 19, false, true},       // blocks of 4 without the prefix cache
+      {4, 30, 19, true, true},         // a cache too small for all: preemption
+      {16, 9, 64, false, true},        // preemption with blocks of 16
+      {16, 64, 64, true, true, true},  // sampled (temperature, top-p, penalties, min_tokens)
+      {4, 30, 19, true, true, true},   // sampled, with preemption
   };
   int64_t drafts = 0, accepted = 0;
   for (const Variant& v : variants) {
-    SCOPED_TRACE(::testing::Message() << "block " << v.block_size << " blocks " << v.num_kv_blocks
-                                      << " caching " << v.caching << " together " << v.together);
+    SCOPED_TRACE(::testing::Message()
+                 << "block " << v.block_size << " blocks " << v.num_kv_blocks << " caching "
+                 << v.caching << " together " << v.together << " sampled " << v.sampled);
     EngineConfig cfg;
     cfg.threads = 2;
     cfg.block_size = v.block_size;
@@ -109,9 +132,10 @@ TEST_F(SpeculativeTest, GreedyOutputsMatchDecodingWithoutSpeculation) {
     cfg.enable_prefix_caching = v.caching;
     cfg.kv_cache_dtype = KvCacheDType::kF32;
     cfg.scheduler.max_num_batched_tokens = v.max_batched;
-    const Outcome plain = RunAll(model, cfg, prompts, v.together);
+    const RequestOptions options = v.sampled ? Sampled() : Greedy();
+    const Outcome plain = RunAll(model, cfg, prompts, v.together, options);
     cfg.num_speculative_tokens = 1;
-    const Outcome spec = RunAll(model, cfg, prompts, v.together);
+    const Outcome spec = RunAll(model, cfg, prompts, v.together, options);
     ASSERT_EQ(plain.tokens.size(), prompts.size());
     for (const auto& [id, tokens] : plain.tokens) {
       EXPECT_EQ(spec.tokens.at(id), tokens) << "request " << id;
@@ -142,9 +166,9 @@ TEST_F(SpeculativeTest, GreedyOutputsMatchDecodingWithoutSpeculation) {
               static_cast<long long>(accepted), static_cast<long long>(drafts));
 }
 
-// Sampled requests (temperature > 0) and requests with penalties decode as usual next to
-// speculating ones, and give the same tokens as without speculation.
-TEST_F(SpeculativeTest, OnlyGreedyRequestsSpeculate) {
+// Sampled requests (temperature, top-p, penalties, min_tokens) speculate too and give the same
+// tokens as without speculation; a request asking for logprobs decodes as usual next to them.
+TEST_F(SpeculativeTest, SampledRequestsSpeculateWithTheSameTokens) {
   Model& model = *lm_->model;
   const auto prompts = Prompts(model);
   std::map<int64_t, std::vector<int32_t>> got[2];
@@ -154,19 +178,15 @@ TEST_F(SpeculativeTest, OnlyGreedyRequestsSpeculate) {
     cfg.num_kv_blocks = 64;
     cfg.num_speculative_tokens = k;
     EngineCore core(model, cfg);
-    RequestOptions sampled;
-    sampled.sampling.temperature = 0.8;
-    sampled.sampling.seed = 7;
-    sampled.has_seed = true;
-    sampled.max_tokens = 10;
+    RequestOptions sampled = Sampled();
+    sampled.max_tokens = 12;
     sampled.ignore_eos = true;
-    RequestOptions penalized = sampled;
-    penalized.sampling.temperature = 0.0;
-    penalized.sampling.repetition_penalty = 1.3;
+    RequestOptions logprobs = sampled;
+    logprobs.sampling.logprobs = 2;
     RequestOptions greedy = sampled;
     greedy.sampling.temperature = 0.0;
     ASSERT_TRUE(core.AddRequest(1, prompts[0], sampled).ok());
-    ASSERT_TRUE(core.AddRequest(2, prompts[1], penalized).ok());
+    ASSERT_TRUE(core.AddRequest(2, prompts[1], logprobs).ok());
     ASSERT_TRUE(core.AddRequest(3, prompts[5], greedy).ok());
     while (core.HasWork()) {
       for (const TokenDelta& d : core.Step()) {
@@ -179,6 +199,13 @@ TEST_F(SpeculativeTest, OnlyGreedyRequestsSpeculate) {
     }
   }
   EXPECT_EQ(got[0], got[1]);
+  // The sampled request alone gets drafts.
+  EngineConfig cfg;
+  cfg.threads = 2;
+  cfg.num_kv_blocks = 64;
+  cfg.num_speculative_tokens = 1;
+  const Outcome spec = RunAll(model, cfg, {prompts[0]}, true, Sampled());
+  EXPECT_GT(spec.stats.draft_tokens, 0);
 }
 
 TEST_F(SpeculativeTest, StopTokensEndTheOutputAtTheFirstOne) {
@@ -261,9 +288,13 @@ class OracleDraft : public Model {
   std::vector<int32_t> sequence_;
 };
 
-TEST_F(SpeculativeTest, AcceptedDraftsGiveTheSameTokens) {
+class AcceptedDraftsTest : public SpeculativeTest, public ::testing::WithParamInterface<bool> {};
+
+// Greedy (false) and sampled (true) requests.
+TEST_P(AcceptedDraftsTest, GiveTheSameTokens) {
   Model& model = *lm_->model;
   const std::vector<int32_t> prompt = Prompts(model)[3];
+  const RequestOptions options = GetParam() ? Sampled() : Greedy();
   struct Variant {
     int64_t block_size, num_kv_blocks, max_batched;
     bool caching, together;
@@ -285,8 +316,9 @@ TEST_F(SpeculativeTest, AcceptedDraftsGiveTheSameTokens) {
     cfg.kv_cache_dtype = KvCacheDType::kF32;
     cfg.scheduler.max_num_batched_tokens = v.max_batched;
     const std::vector<std::vector<int32_t>> prompts(3, prompt);
-    const Outcome plain = RunAll(model, cfg, prompts, v.together);
-    // Greedy decoding continues every request the same way: the longest is the sequence.
+    const Outcome plain = RunAll(model, cfg, prompts, v.together, options);
+    // Every request continues the prompt the same way (greedy, or sampled with one seed): the
+    // longest output is the sequence.
     std::vector<int32_t> sequence = prompt;
     for (const auto& [id, tokens] : plain.tokens) {
       if (prompt.size() + tokens.size() > sequence.size()) {
@@ -296,7 +328,7 @@ TEST_F(SpeculativeTest, AcceptedDraftsGiveTheSameTokens) {
     }
     OracleDraft oracle(model, sequence);
     cfg.num_speculative_tokens = 1;
-    const Outcome spec = RunAll(oracle, cfg, prompts, v.together);
+    const Outcome spec = RunAll(oracle, cfg, prompts, v.together, options);
     for (const auto& [id, tokens] : plain.tokens) {
       EXPECT_EQ(spec.tokens.at(id), tokens) << "request " << id;
     }
@@ -317,6 +349,11 @@ TEST_F(SpeculativeTest, AcceptedDraftsGiveTheSameTokens) {
         static_cast<long long>(plain.stats.steps));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(GreedyAndSampled, AcceptedDraftsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Sampled" : "Greedy";
+                         });
 
 TEST_F(SpeculativeTest, RefusedWithoutADraftLayerOrWithMoreThanOneToken) {
   EngineConfig cfg;
