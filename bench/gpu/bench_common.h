@@ -74,6 +74,7 @@ struct ModelBenchOptions {
   bool decode_only = false;  // 16 batch-1 decode steps and nothing else (for a profiler)
   // FP8: layer weights as e4m3 with per-channel scales (FP8 GEMMs) and an FP8 KV cache.
   bool fp8 = false;
+  bool kv_fp8 = false;  // an FP8 KV cache with bf16 weights (the KV read halves, nothing else)
 };
 StatusOr<boost::json::object> ModelBench(const ModelBenchOptions& options, const Limits& limits);
 

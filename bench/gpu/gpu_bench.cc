@@ -1,7 +1,7 @@
 // dinfer_gpu_bench: GPU benchmarks for scripts/gpu. Modes:
 //   dinfer_gpu_bench kernels OUT.json [SECTION] device limits and each kernel's speed (SECTION:
 //                                              gemm, attention or elementwise only)
-//   dinfer_gpu_bench model CONFIG OUT.json [--no-throughput | --decode-only]
+//   dinfer_gpu_bench model CONFIG OUT.json [--no-throughput | --decode-only] [--fp8 | --kv-fp8]
 //                                              a random-weight model of CONFIG's shape: batch-1
 //                                              decode, prefill, idle gaps, 1,000/1,000 at 256
 // Every figure is a median of event-timed runs on random data; limits are measured in the run.
@@ -62,7 +62,7 @@ Status Main(int argc, char** argv) {
   if (argc < 3) {
     return InvalidArgument(
         "usage: dinfer_gpu_bench kernels OUT.json [SECTION] | model CONFIG OUT.json "
-        "[--no-throughput | --decode-only] [--fp8]");
+        "[--no-throughput | --decode-only] [--fp8 | --kv-fp8]");
   }
   if (cuda::DeviceCount() == 0) return MakeError(StatusCode::kFailedPrecondition, "no CUDA device");
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::GetDeviceInfo(0));
@@ -89,6 +89,7 @@ Status Main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--no-throughput") == 0) o.throughput = false;
       if (std::strcmp(argv[i], "--decode-only") == 0) o.decode_only = true;
       if (std::strcmp(argv[i], "--fp8") == 0) o.fp8 = true;
+      if (std::strcmp(argv[i], "--kv-fp8") == 0) o.kv_fp8 = true;
     }
     DINFER_ASSIGN_OR_RETURN(out["model"], ModelBench(o, limits));
   } else {

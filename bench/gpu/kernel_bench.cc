@@ -332,7 +332,11 @@ Status AttentionRows(const cuda::Stream& s, Table& t, int64_t seqs, int64_t ctx,
   p.row_tokens = static_cast<const int32_t*>(d_rows.data());
   p.num_rows = static_cast<int64_t>(rows.size());
   p.num_splits =
-      prefill ? 1 : kc::ChooseAttentionSplits(p.num_rows, kHeads, kKvHeads, ctx, multiprocessors);
+      prefill ? 1
+              : kc::ChooseAttentionSplits(p.num_rows,
+                                          kc::AttentionRowsCtas(p.num_rows, DType::kBF16, kHeadDim,
+                                                                fp8, kHeads, kKvHeads),
+                                          ctx, multiprocessors);
   const int64_t cells = p.num_rows * kHeads * p.num_splits;
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer split_out,
                           cuda::DeviceBuffer::Allocate(std::max<int64_t>(cells, 1) * kHeadDim * 4));

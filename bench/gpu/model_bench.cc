@@ -84,8 +84,8 @@ double ForwardFlops(const ModelConfig& c, double tokens, double pairs, double lo
          4.0 * c.head_dim * c.num_heads * c.num_layers * pairs;
 }
 
-double KvBytesPerToken(const ModelConfig& c, double elem_bytes = 2) {
-  return 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * elem_bytes;
+double KvBytesPerToken(const ModelConfig& c, bool fp8) {
+  return 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * (fp8 ? 1 : 2);
 }
 
 // The hardware bound of `seqs` sequences of `in` prompt tokens and `out` output tokens on this GPU,
@@ -123,7 +123,8 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
   ro.num_blocks = kMaxSeqs * kBlocksPerSeq;
   ro.max_num_tokens = 16384;
   ro.max_num_seqs = kMaxSeqs;
-  if (o.fp8) ro.kv_cache_dtype = DType::kF8E4M3;
+  const bool kv_fp8 = o.fp8 || o.kv_fp8;
+  if (kv_fp8) ro.kv_cache_dtype = DType::kF8E4M3;
   DINFER_ASSIGN_OR_RETURN(auto runner, GpuRunner::Create(std::move(model), ro));
   GpuRunner& r = *runner;
   const cuda::Stream& stream = r.stream();
@@ -131,8 +132,10 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
   out["weight_bytes"] = weight_bytes;
   out["config"] = o.config_path;
   out["fp8"] = o.fp8;
+  out["kv_fp8"] = kv_fp8;
   std::printf("model: %.2f GB of %s weights, ready in %.1f s\n", weight_bytes / 1e9,
               o.fp8 ? "fp8 (layers) + bf16" : "bf16", Seconds(t0, Clock::now()));
+  if (kv_fp8) std::printf("FP8 (e4m3) KV cache\n");
 
   {  // Batch-1 decode.
     Seqs s = MakeSeqs(1, 128, c.vocab_size, 1);
@@ -150,7 +153,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
     DINFER_ASSIGN_OR_RETURN(float ms, cuda::Event::ElapsedMs(start, end));
     const double step_ms = ms / kSteps;
     const double avg_ctx = (first_pos + pos) / 2.0;
-    const double bytes = weight_bytes + avg_ctx * KvBytesPerToken(c, o.fp8 ? 1 : 2);
+    const double bytes = weight_bytes + avg_ctx * KvBytesPerToken(c, kv_fp8);
     const double floor_ms = bytes / limits.read_gbs / 1e6;
     out["decode_b1"] = json::object{{"step_ms", step_ms},         {"tok_s", 1000.0 / step_ms},
                                     {"bytes_per_step", bytes},    {"roofline_step_ms", floor_ms},
@@ -240,9 +243,9 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
     out["throughput_1000_1000_c256_tok_s"] = 256.0 * kOut / total;
     // The bound for this run's KV dtype and linear-layer rate (bf16: the measured bf16 GEMM rate;
     // FP8 weights: twice it, the tensor cores' FP8 rate).
-    const double roofline_s = ServingRooflineSeconds(
-        c, static_cast<double>(weight_bytes), KvBytesPerToken(c, o.fp8 ? 1 : 2),
-        limits.bf16_tflops * (o.fp8 ? 2 : 1), limits, 256, kIn, kOut);
+    const double roofline_s =
+        ServingRooflineSeconds(c, static_cast<double>(weight_bytes), KvBytesPerToken(c, kv_fp8),
+                               limits.bf16_tflops * (o.fp8 ? 2 : 1), limits, 256, kIn, kOut);
     out["throughput_1000_1000_c256_roofline_tok_s"] = 256.0 * kOut / roofline_s;
     out["throughput_1000_1000_c256_roofline_fraction"] = roofline_s / total;
     std::printf(

@@ -32,7 +32,8 @@ def main():
                    "Llama-3.1-8B's shape (bf16) side by side with HF transformers",
            "rerun": "scripts/gpu OUTDIR (on the GPU machine; see scripts/gpu)",
            "commit": commit}
-    for name in ("summary", "kernels", "model", "hf", "startup", "engine"):
+    for name in ("summary", "kernels", "model", "model_fp8", "model_kv_fp8", "hf", "startup",
+                 "engine"):
         data = load(os.path.join(outdir, name + ".json"))
         if data is not None:
             res[name] = data

@@ -24,13 +24,14 @@ struct AttnCase {
   bool prefill = false;  // long chunks through AttentionPrefill
   bool fp8 = false;      // e4m3 cache holding K / kv_scale and V / kv_scale
   float kv_scale = 1.0f;
+  int64_t block_size = 16;
 };
 
 std::ostream& operator<<(std::ostream& os, const AttnCase& c) {
   return os << DTypeName(c.dtype) << " d" << c.head_dim << " h" << c.heads << "/" << c.kv_heads
             << " window " << c.window << " softcap " << c.softcap << " splits " << c.splits
             << (c.prefill ? " prefill" : " rows") << (c.fp8 ? " fp8 scale " : "")
-            << (c.fp8 ? std::to_string(c.kv_scale) : "");
+            << (c.fp8 ? std::to_string(c.kv_scale) : "") << " block " << c.block_size;
 }
 
 // (cached context, new tokens) per sequence.
@@ -44,7 +45,7 @@ TEST_P(AttentionTest, MatchesCpuReference) {
   const AttnCase tc = GetParam();
   const int64_t d = tc.head_dim, q_dim = tc.heads * d, kv_dim = tc.kv_heads * d;
   const int64_t q_stride = q_dim + 2 * kv_dim;  // q inside a fused qkv row
-  const int64_t block_size = 16;
+  const int64_t block_size = tc.block_size;
   std::mt19937 rng(static_cast<uint32_t>(d + 7 * tc.heads + 13 * tc.kv_heads + tc.window));
 
   int64_t max_blocks = 0, total_blocks = 0, tokens = 0;
@@ -143,9 +144,13 @@ TEST_P(AttentionTest, MatchesCpuReference) {
   p.softcap = tc.softcap;
   p.row_tokens = static_cast<const int32_t*>(d_rows.data());
   p.num_rows = static_cast<int64_t>(rows.size());
-  p.num_splits = tc.splits > 0
-                     ? tc.splits
-                     : kc::ChooseAttentionSplits(p.num_rows, tc.heads, tc.kv_heads, 1003, 132);
+  p.num_splits =
+      tc.splits > 0
+          ? tc.splits
+          : kc::ChooseAttentionSplits(
+                p.num_rows,
+                kc::AttentionRowsCtas(p.num_rows, tc.dtype, d, tc.fp8, tc.heads, tc.kv_heads), 1003,
+                132);
   auto split_out = Poisoned(p.num_rows * tc.heads * p.num_splits * d, DType::kF32);
   auto split_stats = Poisoned(p.num_rows * tc.heads * p.num_splits * 2, DType::kF32);
   p.split_out = static_cast<float*>(split_out.data());
@@ -168,25 +173,29 @@ TEST_P(AttentionTest, MatchesCpuReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Rows, AttentionTest,
-                         ::testing::Values(AttnCase{DType::kF32, 16, 4, 2},
-                                           AttnCase{DType::kF32, 24, 4, 2, 0, 0, 3},
-                                           AttnCase{DType::kF32, 64, 9, 3, 0, 0, 0},
-                                           AttnCase{DType::kF32, 128, 8, 8, 24, 0, 2},
-                                           AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0},
-                                           AttnCase{DType::kBF16, 128, 28, 4, 0, 0, 5},
-                                           AttnCase{DType::kBF16, 64, 16, 1, 100, 0, 4},
-                                           AttnCase{DType::kBF16, 256, 8, 2, 0, 30.0f, 1},
-                                           AttnCase{DType::kBF16, 16, 4, 2, 0, 0, 7}));
+INSTANTIATE_TEST_SUITE_P(
+    Rows, AttentionTest,
+    ::testing::Values(
+        AttnCase{DType::kF32, 16, 4, 2}, AttnCase{DType::kF32, 24, 4, 2, 0, 0, 3},
+        AttnCase{DType::kF32, 64, 9, 3, 0, 0, 0}, AttnCase{DType::kF32, 128, 8, 8, 24, 0, 2},
+        AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0}, AttnCase{DType::kBF16, 128, 28, 4, 0, 0, 5},
+        AttnCase{DType::kBF16, 64, 16, 1, 100, 0, 4},
+        AttnCase{DType::kBF16, 256, 8, 2, 0, 30.0f, 1}, AttnCase{DType::kBF16, 16, 4, 2, 0, 0, 7},
+        AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 3, false, false, 1.0f, 32},
+        AttnCase{DType::kBF16, 64, 12, 4, 37, 0, 0, false, false, 1.0f, 24},
+        AttnCase{DType::kBF16, 128, 16, 2, 0, 0, 3}, AttnCase{DType::kBF16, 128, 12, 3, 60, 0, 2}));
 
 INSTANTIATE_TEST_SUITE_P(Prefill, AttentionTest,
                          ::testing::Values(AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0, true},
                                            AttnCase{DType::kBF16, 128, 8, 8, 40, 0, 1, true},
                                            AttnCase{DType::kBF16, 64, 12, 4, 0, 0, 2, true},
                                            AttnCase{DType::kBF16, 64, 8, 2, 0, 20.0f, 1, true},
-                                           AttnCase{DType::kBF16, 128, 16, 2, 100, 0, 1, true}));
+                                           AttnCase{DType::kBF16, 128, 16, 2, 100, 0, 1, true},
+                                           AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 1, true, false,
+                                                    1.0f, 32}));
 
-// The FP8 cache is widened exactly, so the bf16 bounds hold against the dequantized reference.
+// The FP8 cache is widened exactly (to f16 in the decode kernel, whose Q and softmax weights are
+// then f16 too), so the bf16 bounds hold against the dequantized reference.
 INSTANTIATE_TEST_SUITE_P(
     Fp8, AttentionTest,
     ::testing::Values(AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0, false, true, 1.0f},
@@ -194,7 +203,14 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{DType::kBF16, 128, 28, 4, 0, 30.0f, 1, false, true, 2.0f},
                       AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0, true, true, 1.0f},
                       AttnCase{DType::kBF16, 64, 8, 2, 40, 20.0f, 1, true, true, 0.5f},
-                      AttnCase{DType::kBF16, 128, 16, 2, 100, 0, 1, true, true, 3.0f}));
+                      AttnCase{DType::kBF16, 128, 16, 2, 100, 0, 1, true, true, 3.0f},
+                      AttnCase{DType::kBF16, 128, 32, 8, 37, 0, 3, false, true, 0.5f, 32},
+                      AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 7, false, true, 1.5f, 16},
+                      AttnCase{DType::kBF16, 64, 12, 4, 0, 0, 0, false, true, 1.0f, 24},
+                      AttnCase{DType::kBF16, 128, 8, 8, 0, 0, 1, false, true, 1.0f, 32},
+                      AttnCase{DType::kBF16, 128, 16, 2, 0, 0, 3, false, true, 1.0f, 16},
+                      AttnCase{DType::kBF16, 128, 12, 3, 60, 0, 2, false, true, 0.75f, 16},
+                      AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 1, true, true, 1.0f, 32}));
 
 }  // namespace
 }  // namespace dinfer

@@ -1,14 +1,17 @@
 // CUDA paged attention (causal, GQA, sliding window, softcap) over a KV cache that already holds
 // the step's new keys and values (written by QkvRopeKvWrite). Same semantics as
 // kernels/cpu AttentionReference. Two kernels share one params struct:
-//  - AttentionRows: one query token per CTA row of work, all heads of a KV-head group together,
-//    keys split across CTAs (flash-decoding) and merged by a second kernel. Any head_dim up to 256,
-//    f32 or bf16; used for decode tokens and for every token of f32 models.
+//  - AttentionRows: one query token per CTA row of work, all heads of a KV-head group together
+//    (bf16 with head_dim 64 or 128: up to 4 KV heads a CTA, one per warp, so that each key's
+//    cache row is read in long contiguous runs), keys split across CTAs (flash-decoding) and
+//    merged by a second kernel. Any head_dim up to 256, f32 or bf16; used for decode tokens and
+//    for every token of f32 models.
 //  - AttentionPrefill: tiles of 64 query tokens of one sequence against tiles of 64 keys on the
 //    tensor cores (mma.sync bf16, f32 accumulation, online softmax); bf16, head_dim 64 or 128.
-// With kv_fp8 the cache holds e4m3fn bytes (QkvParams::kv_fp8): both kernels stage them in shared
-// memory as they come and widen each tile to bf16 there (exact), then fold k_scale into the
-// softmax scale and v_scale into the output. bf16 queries, head_dim 64 or 128 only.
+// With kv_fp8 the cache holds e4m3fn bytes (QkvParams::kv_fp8), staged in shared memory as they
+// come; the prefill kernel widens each tile to bf16 there, the decode kernel widens in registers
+// into f16 mma fragments (both exact); k_scale is folded into the softmax scale and v_scale into
+// the output. bf16 queries, head_dim 64 or 128 only.
 // The per-step metadata (which tokens, tiles, splits) is built once per step on the host (the
 // plan) and read by every layer (the run); sizes are fixed per graph bucket, so replay is safe.
 #pragma once
@@ -57,11 +60,18 @@ struct AttentionParams {
 inline constexpr int kPrefillTileTokens = 64;
 
 int AttentionRows(const AttentionParams& p, void* stream);
-// Key splits for AttentionRows: enough CTAs to fill the device twice over, at least 512 keys a
-// split, at most kMaxAttentionSplits.
-inline constexpr int64_t kMaxAttentionSplits = 32;
-int64_t ChooseAttentionSplits(int64_t num_rows, int64_t num_heads, int64_t num_kv_heads,
-                              int64_t max_keys, int multiprocessors);
+// How AttentionRows spreads over the device: CTAs per (row, split) and how many fit an SM.
+struct AttentionRowsShape {
+  int64_t ctas_per_row = 1;
+  int64_t ctas_per_sm = 1;
+};
+AttentionRowsShape AttentionRowsCtas(int64_t num_rows, DType dtype, int64_t head_dim, bool kv_fp8,
+                                     int64_t num_heads, int64_t num_kv_heads);
+// Key splits for AttentionRows: about as many CTAs as fit the device at once, at least 512 keys
+// a split, at most kMaxAttentionSplits.
+inline constexpr int64_t kMaxAttentionSplits = 64;
+int64_t ChooseAttentionSplits(int64_t num_rows, const AttentionRowsShape& shape, int64_t max_keys,
+                              int multiprocessors);
 int AttentionPrefill(const AttentionParams& p, void* stream);
 // Whether AttentionPrefill handles this dtype and head_dim.
 bool PrefillSupports(DType dtype, int64_t head_dim);

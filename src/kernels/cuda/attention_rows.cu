@@ -165,7 +165,8 @@ __global__ void __launch_bounds__(kThreads) RowsKernel(AttentionParams p) {
   }
 }
 
-// Merges the splits of one (row, head): weights L_s * exp(M_s - M).
+// Merges the splits of one (row, head): weights L_s * exp(M_s - M), the stats read by the first
+// warp's lanes side by side.
 template <typename T>
 __global__ void MergeKernel(AttentionParams p) {
   WaitForPrerequisites();
@@ -175,16 +176,28 @@ __global__ void MergeKernel(AttentionParams p) {
   const int64_t base = (row * p.num_heads + head) * p.num_splits;
   __shared__ float w[kMaxSplits];
   __shared__ float total;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < 32) {
+    const int n = static_cast<int>(p.num_splits);
+    float m[kMaxSplits / 32], l[kMaxSplits / 32];
     float mx = -INFINITY;
-    for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, p.split_stats[(base + s) * 2]);
-    float sum = 0.0f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float m = p.split_stats[(base + s) * 2];
-      w[s] = m == -INFINITY ? 0.0f : p.split_stats[(base + s) * 2 + 1] * __expf(m - mx);
-      sum += w[s];
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      const int s = i * 32 + static_cast<int>(threadIdx.x);
+      m[i] = s < n ? p.split_stats[(base + s) * 2] : -INFINITY;
+      l[i] = s < n ? p.split_stats[(base + s) * 2 + 1] : 0.0f;
+      mx = fmaxf(mx, m[i]);
     }
-    total = sum;
+    mx = WarpMax(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      const int s = i * 32 + static_cast<int>(threadIdx.x);
+      const float ws = m[i] == -INFINITY ? 0.0f : l[i] * __expf(m[i] - mx);
+      if (s < n) w[s] = ws;
+      sum += ws;
+    }
+    sum = WarpSum(sum);
+    if (threadIdx.x == 0) total = sum;
   }
   __syncthreads();
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
@@ -211,19 +224,29 @@ cudaError_t LaunchLanes(const AttentionParams& p, cudaStream_t stream) {
   return launch(RowsKernel<T, kLanes, 8>, 8);
 }
 
-// CTAs per (row, split): one per KV head and group of up to 8 query heads (LaunchLanes).
-int64_t CtasPerRow(int64_t num_heads, int64_t num_kv_heads) {
-  const int64_t group = num_heads / num_kv_heads;
-  const int64_t gq = group <= 2 ? group : (group <= 4 ? 4 : 8);
-  return num_kv_heads * ((group + gq - 1) / gq);
-}
-
 }  // namespace
 
-int64_t ChooseAttentionSplits(int64_t num_rows, int64_t num_heads, int64_t num_kv_heads,
-                              int64_t max_keys, int multiprocessors) {
-  const int64_t ctas = std::max<int64_t>(1, num_rows * CtasPerRow(num_heads, num_kv_heads));
-  const int64_t want = (2 * multiprocessors + ctas - 1) / ctas;
+AttentionRowsShape AttentionRowsCtas(int64_t num_rows, DType dtype, int64_t head_dim, bool kv_fp8,
+                                     int64_t num_heads, int64_t num_kv_heads) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return {};
+  if (PrefillSupports(dtype, head_dim)) {
+    return AttentionDecodeMmaShape(num_rows, head_dim, kv_fp8, num_heads, num_kv_heads);
+  }
+  // One CTA per KV head and group of up to 8 query heads (LaunchLanes).
+  const int64_t group = num_heads / num_kv_heads;
+  const int64_t gq = group <= 2 ? group : (group <= 4 ? 4 : 8);
+  return {num_kv_heads * ((group + gq - 1) / gq), 2};
+}
+
+int64_t ChooseAttentionSplits(int64_t num_rows, const AttentionRowsShape& shape, int64_t max_keys,
+                              int multiprocessors) {
+  const int64_t ctas = std::max<int64_t>(1, num_rows * shape.ctas_per_row);
+  // At most two CTAs an SM counted: the runner's split workspace holds 4 × SMs cells a head, and
+  // rounding up below can add half again.
+  const int64_t slots = std::clamp<int64_t>(shape.ctas_per_sm, 1, 2) * multiprocessors;
+  // The nearest whole number of splits: a last wave that is mostly empty costs as much as a full
+  // one.
+  const int64_t want = (2 * slots + ctas) / (2 * ctas);
   // Short contexts are not split: a merge kernel costs more than the keys it would spread.
   const int64_t by_keys = std::max<int64_t>(1, max_keys / 512);
   return std::clamp<int64_t>(std::min(want, by_keys), 1, kMaxSplits);

@@ -1,6 +1,6 @@
 // Tensor-core and asynchronous-copy helpers for the attention kernels (included by .cu files
-// only): cp.async with zero fill, mma.sync m16n8k16 bf16 with f32 accumulators, ldmatrix, and
-// the paged-cache row lookup.
+// only): cp.async with zero fill, mma.sync m16n8k16 bf16 / f16 with f32 accumulators, e4m3 pair
+// widening, ldmatrix, and the paged-cache row lookup.
 #pragma once
 
 #include "kernels/cuda/common.cuh"
@@ -27,6 +27,33 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The same with f16 operands: the FP8 cache's e4m3 values widen to f16 in one instruction.
+__device__ __forceinline__ void MmaF16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two e4m3 values (the low and high byte) as an f16 pair, exactly.
+__device__ __forceinline__ uint32_t E4M3x2ToHalf2(uint32_t pair) {
+  uint32_t h;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
+      : "=r"(h)
+      : "r"(pair));
+  return h;
+}
+
+// Bytes of a and b picked by the selector (PTX prmt): byte i of the result is byte sel[i] of
+// b:a, where 0-3 name a's bytes and 4-7 b's.
+__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
 __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -44,6 +71,17 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t PackHalf(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// A pair of bf16 as a pair of f16 (exact for magnitudes in f16's normal range).
+__device__ __forceinline__ uint32_t Bf16x2ToHalf2(uint32_t v) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  return PackHalf(f.x, f.y);
 }
 
 // Widens a tile of kKeys rows of e4m3 K and V (D bytes a row, in shared memory) to bf16 tiles

@@ -251,7 +251,10 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
   // Graph steps are replayed while sequences grow: plan their splits for the longest context
   // the block tables can hold.
   step.num_splits =
-      kc::ChooseAttentionSplits(rows, mc.num_heads, mc.num_kv_heads,
+      kc::ChooseAttentionSplits(rows,
+                                kc::AttentionRowsCtas(rows, model_->dtype(), mc.head_dim,
+                                                      options_.kv_cache_dtype == DType::kF8E4M3,
+                                                      mc.num_heads, mc.num_kv_heads),
                                 pad_to > 0 ? width * bs : max_keys, device_.multiprocessors);
   step.tile_seq = reinterpret_cast<const int32_t*>(d + l.tile_seq);
   step.tile_token = reinterpret_cast<const int32_t*>(d + l.tile_token);
