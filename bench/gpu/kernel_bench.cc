@@ -203,11 +203,8 @@ Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
     // Weights once, activations once, bf16 out.
     const double bytes = double(w_bytes) + sh.m * sh.k + 2.0 * sh.m * sh.n;
     const double flops = 2.0 * sh.m * sh.n * sh.k;
-    for (auto [scaling, label] : {std::pair{kc::Fp8Scaling::kTensor, "tensor"},
-                                  std::pair{kc::Fp8Scaling::kChannel, "channel"},
-                                  std::pair{kc::Fp8Scaling::kBlock128, "block128"}}) {
-      if (sh.n == big && scaling != kc::Fp8Scaling::kTensor) continue;
-      int64_t i = 0;
+    // The product of this shape with `scaling` (the weights' copy is set per run).
+    auto params = [&](kc::Fp8Scaling scaling) {
       kc::Fp8GemmParams p;
       p.x = x8.data();
       p.y = y.data();
@@ -219,6 +216,14 @@ Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
       p.scaling = scaling;
       p.x_scale = static_cast<const float*>(x_scale.data());
       p.w_scale = static_cast<const float*>(w_scale.data());
+      return p;
+    };
+    for (auto [scaling, label] : {std::pair{kc::Fp8Scaling::kTensor, "tensor"},
+                                  std::pair{kc::Fp8Scaling::kChannel, "channel"},
+                                  std::pair{kc::Fp8Scaling::kBlock128, "block128"}}) {
+      if (sh.n == big && scaling != kc::Fp8Scaling::kTensor) continue;
+      int64_t i = 0;
+      kc::Fp8GemmParams p = params(scaling);
       auto timed = TimeMs(s, 3, 20, [&] {
         p.w = static_cast<char*>(w.data()) + (i++ % copies) * w_bytes;
         return gemm->RunFp8(p, s.get());
@@ -239,17 +244,7 @@ Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
                                std::pair{kc::Fp8BlockPath::kWgmma64, "wgmma64"},
                                std::pair{kc::Fp8BlockPath::kWgmma128, "wgmma128"}}) {
       int64_t i = 0;
-      kc::Fp8GemmParams p;
-      p.x = x8.data();
-      p.y = y.data();
-      p.m = sh.m;
-      p.n = sh.n;
-      p.k = sh.k;
-      p.ldx = p.ldw = sh.k;
-      p.ldy = sh.n;
-      p.scaling = kc::Fp8Scaling::kBlock128;
-      p.x_scale = static_cast<const float*>(x_scale.data());
-      p.w_scale = static_cast<const float*>(w_scale.data());
+      kc::Fp8GemmParams p = params(kc::Fp8Scaling::kBlock128);
       DINFER_ASSIGN_OR_RETURN(double ms, TimeMs(s, 3, 20, [&] {
                                 p.w = static_cast<char*>(w.data()) + (i++ % copies) * w_bytes;
                                 return cuda::CudaStatus(kc::Fp8BlockGemm(p, s.get(), path),

@@ -211,6 +211,20 @@ std::ostream& operator<<(std::ostream& os, const Fp8Case& c) {
 
 class Fp8GemmTest : public ::testing::TestWithParam<Fp8Case> {};
 
+// x [m, k] · w [n, k]ᵀ summed in double: the reference of the FP8 products.
+std::vector<float> ProductInDouble(const std::vector<float>& x, const std::vector<float>& w,
+                                   int64_t m, int64_t n, int64_t k) {
+  std::vector<float> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t l = 0; l < k; ++l) acc += double{x[i * k + l]} * w[j * k + l];
+      y[i * n + j] = static_cast<float>(acc);
+    }
+  }
+  return y;
+}
+
 float AbsMax(const float* v, int64_t n, int64_t stride = 1) {
   float a = 0.0f;
   for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(v[i * stride]));
@@ -299,14 +313,7 @@ TEST_P(Fp8GemmTest, MatchesDequantizedProduct) {
   // e4m3 keeps 3 mantissa bits: about 3% relative error in the norm.
   EXPECT_LE(RelError(x_deq, x), 0.05);
 
-  std::vector<float> want(m * n);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = 0;
-      for (int64_t l = 0; l < k; ++l) acc += double{x_deq[i * k + l]} * w_deq[j * k + l];
-      want[i * n + j] = static_cast<float>(acc);
-    }
-  }
+  const std::vector<float> want = ProductInDouble(x_deq, w_deq, m, n, k);
   auto d_w8 = UploadRaw(w8);
   auto d_ws = UploadRaw(w_scale);
   auto d_y = Poisoned(m * n, tc.out);
@@ -383,14 +390,7 @@ TEST_P(Fp8BlockGemmTest, MatchesExactProduct) {
   for (int64_t i = 0; i < n * k; ++i) {
     wv[i] = kernels::cpu::E4M3ToF32(w8[i]) * w_scale[(i / k / 128) * kb + i % k / 128];
   }
-  std::vector<float> want(m * n);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = 0;
-      for (int64_t l = 0; l < k; ++l) acc += double{xv[i * k + l]} * wv[j * k + l];
-      want[i * n + j] = static_cast<float>(acc);
-    }
-  }
+  const std::vector<float> want = ProductInDouble(xv, wv, m, n, k);
 
   auto d_x = UploadRaw(x8);
   auto d_w = UploadRaw(w8);
