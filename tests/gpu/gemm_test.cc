@@ -225,6 +225,27 @@ std::vector<float> ProductInDouble(const std::vector<float>& x, const std::vecto
   return y;
 }
 
+// Device operands of an FP8 product y [m, n] = x [m, k] · w [n, k]ᵀ with the given scales.
+kc::Fp8GemmParams Fp8Params(const cuda::DeviceBuffer& x, const cuda::DeviceBuffer& w,
+                            const cuda::DeviceBuffer& y, const cuda::DeviceBuffer& x_scale,
+                            const cuda::DeviceBuffer& w_scale, int64_t m, int64_t n, int64_t k,
+                            DType out, kc::Fp8Scaling scaling) {
+  kc::Fp8GemmParams p;
+  p.x = x.data();
+  p.w = w.data();
+  p.y = y.data();
+  p.ldx = p.ldw = k;
+  p.ldy = n;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.out_dtype = out;
+  p.scaling = scaling;
+  p.x_scale = static_cast<const float*>(x_scale.data());
+  p.w_scale = static_cast<const float*>(w_scale.data());
+  return p;
+}
+
 float AbsMax(const float* v, int64_t n, int64_t stride = 1) {
   float a = 0.0f;
   for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(v[i * stride]));
@@ -319,19 +340,7 @@ TEST_P(Fp8GemmTest, MatchesDequantizedProduct) {
   auto d_y = Poisoned(m * n, tc.out);
   auto runner = kc::GemmRunner::Create();
   ASSERT_TRUE(runner.ok()) << runner.status().ToString();
-  kc::Fp8GemmParams p;
-  p.x = d_x8.data();
-  p.w = d_w8.data();
-  p.y = d_y.data();
-  p.ldx = p.ldw = k;
-  p.ldy = n;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.out_dtype = tc.out;
-  p.scaling = tc.scaling;
-  p.x_scale = static_cast<const float*>(d_xs.data());
-  p.w_scale = static_cast<const float*>(d_ws.data());
+  const kc::Fp8GemmParams p = Fp8Params(d_x8, d_w8, d_y, d_xs, d_ws, m, n, k, tc.out, tc.scaling);
   ASSERT_STATUS_OK((*runner)->RunFp8(p, nullptr));
   // Hopper's FP8 tensor cores accumulate with fewer bits than f32 between promotions to f32.
   const double tol = tc.out == DType::kF32 ? 1e-3 : Tolerance(tc.out);
@@ -397,19 +406,8 @@ TEST_P(Fp8BlockGemmTest, MatchesExactProduct) {
   auto d_xs = UploadRaw(x_scale);
   auto d_ws = UploadRaw(w_scale);
   auto d_y = Poisoned(m * n, tc.out);
-  kc::Fp8GemmParams p;
-  p.x = d_x.data();
-  p.w = d_w.data();
-  p.y = d_y.data();
-  p.ldx = p.ldw = k;
-  p.ldy = n;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.out_dtype = tc.out;
-  p.scaling = kc::Fp8Scaling::kBlock128;
-  p.x_scale = static_cast<const float*>(d_xs.data());
-  p.w_scale = static_cast<const float*>(d_ws.data());
+  const kc::Fp8GemmParams p =
+      Fp8Params(d_x, d_w, d_y, d_xs, d_ws, m, n, k, tc.out, kc::Fp8Scaling::kBlock128);
   if (tc.path == kc::Fp8BlockPath::kAuto) {
     auto runner = kc::GemmRunner::Create();
     ASSERT_TRUE(runner.ok()) << runner.status().ToString();
