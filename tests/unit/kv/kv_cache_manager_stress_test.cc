@@ -289,13 +289,13 @@ class Stress {
       SimRequest& r = reqs_.at(id);
       // Usually Match right before Allocate; sometimes reuse an older, possibly stale, result.
       const bool fresh = Chance(0.7);
-      if (fresh) r.matched = kv_.Match(Prompt(r), r.salt);
+      if (fresh) r.matched = kv_.Match(Prompt(r), r.salt).num_cached_tokens;
       Admit(id, r, fresh, cov);
     } else if (dice < 40) {
       const RequestId id = Pick(false);
       if (id < 0) return;
       SimRequest& r = reqs_.at(id);
-      r.matched = kv_.Match(Prompt(r), r.salt);
+      r.matched = kv_.Match(Prompt(r), r.salt).num_cached_tokens;
       const int64_t bs = spec_.block_size;
       ASSERT_EQ(r.matched % bs, 0);
       ASSERT_LE(r.matched, std::max<int64_t>(0, r.prompt_len - 1));
