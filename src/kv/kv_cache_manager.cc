@@ -39,6 +39,10 @@ KvCacheManager::KvCacheManager(const KvCacheSpec& spec) : spec_(spec) {
   }
   DINFER_CHECK_MSG(spec.replay_tokens >= 0, "replay_tokens must be >= 0, got {}",
                    spec.replay_tokens);
+  // A replay rebuilds window groups next to groups that anchor the hit in the cache.
+  const auto windowed = [](const Group& g) { return g.spec.sliding_window > 0; };
+  can_replay_ = spec.replay_tokens > 0 && std::any_of(groups_.begin(), groups_.end(), windowed) &&
+                !std::all_of(groups_.begin(), groups_.end(), windowed);
 }
 
 int64_t KvCacheManager::ReplayStartFor(int64_t n) const {
@@ -125,7 +129,7 @@ PrefixHit KvCacheManager::FindHit(std::span<const int32_t> tokens, uint64_t salt
       if (replay > 0 && ReplayStartFor(replay) > t) return {replay, ReplayStartFor(replay)};
       return {t, t};
     }
-    if (replay == 0 && spec_.replay_tokens > 0) replay = t;
+    if (replay == 0 && can_replay_) replay = t;
   }
   if (replay > 0 && ReplayStartFor(replay) > 0) return {replay, ReplayStartFor(replay)};
   return {};

@@ -47,11 +47,12 @@ struct KvCacheSpec {
   bool enable_prefix_caching = true;
   std::vector<KvGroupSpec> extra_groups = {};
   // SWA bounded replay. 0: a prefix hit needs the blocks its sliding-window groups still read.
-  // R > 0: the model rebuilds those exactly by recomputing the R tokens before the hit (its
-  // window receptive field, Model::WindowReplayTokens), so a prefix of T tokens whose other
-  // groups are cached also hits without them: the request recomputes [S, T), S = T - R rounded
-  // down to whole blocks of every window group, writing only window-group rows for those
-  // positions (the other groups' rows are shared cached blocks), and computes on from T.
+  // R > 0: the model rebuilds those exactly by recomputing the R tokens before the hit (its window
+  // receptive field, Model::WindowReplayTokens), so a prefix of T tokens whose other groups are
+  // cached also hits without them: the request recomputes [S, T), S = T - R rounded down to whole
+  // blocks of every window group, writing only window-group rows for those positions (the other
+  // groups' rows are shared cached blocks), and computes on from T. Only for specs with both
+  // sliding-window groups and others (those anchor the hit in the cache).
   int64_t replay_tokens = 0;
 
   int64_t num_groups() const { return 1 + static_cast<int64_t>(extra_groups.size()); }
@@ -247,6 +248,7 @@ class KvCacheManager {
   std::vector<Group> groups_;
   std::unordered_map<RequestId, RequestState> requests_;
   int64_t window_alignment_ = 1;  // lcm of the sliding-window groups' block sizes
+  bool can_replay_ = false;       // replay_tokens and both window groups and others
   int64_t prefix_queries_ = 0;
   int64_t prefix_hits_ = 0;
   int64_t prefix_replayed_ = 0;

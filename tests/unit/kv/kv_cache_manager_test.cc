@@ -641,6 +641,17 @@ TEST(KvCacheManager, ReplayOnlyWhenItSavesWork) {
   }
 }
 
+// A spec whose only group is a sliding window has nothing cached to anchor a hit: no replay.
+TEST(KvCacheManager, WindowOnlySpecNeverReplays) {
+  KvCacheSpec spec = Spec(8, 4, /*sliding_window=*/8);
+  spec.replay_tokens = 8;
+  KvCacheManager kv(spec);
+  EXPECT_EQ(kv.Match(Seq(0, 40), 0), (PrefixHit{0, 0}));
+  ASSERT_TRUE(kv.Allocate(1, 8, Seq(0, 40), 0, 32));
+  EXPECT_EQ(kv.ReplayStart(1), 0);
+  EXPECT_EQ(kv.NumCachedTokens(1), 0);
+}
+
 // Blocks evicted between Match and Allocate: Allocate re-checks and takes the shorter replay.
 TEST(KvCacheManager, ReplayHitShrinksWhenCompressedBlocksAreEvictedAfterMatch) {
   KvCacheManager kv(ReplaySpec(10));
