@@ -4,7 +4,9 @@
 // from the per-step token budget, which comes from a token cap and, optionally, a time budget
 // solved from a fitted cost model. Running requests go first (decodes always run), then waiting
 // ones by priority and arrival. When KV blocks run out, the lowest-priority running request is
-// preempted (its KV dropped, recomputed later). A request that can never fit fails alone.
+// preempted (its KV dropped, recomputed later). A request that can never fit fails alone. A
+// prefix hit that rebuilds its sliding-window KV by bounded replay computes from the replay start,
+// budgeted like prompt tokens; its chunks say where the replay ends (ScheduledChunk::replay_end).
 // No tensors, no devices: single-threaded, called by the engine's step loop.
 #pragma once
 
