@@ -117,7 +117,8 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readonly("preemptions", &dinfer::EngineStatsSnapshot::preemptions)
       .def_readonly("kv_usage", &dinfer::EngineStatsSnapshot::kv_usage)
       .def_readonly("prefix_queries", &dinfer::EngineStatsSnapshot::prefix_queries)
-      .def_readonly("prefix_hits", &dinfer::EngineStatsSnapshot::prefix_hits);
+      .def_readonly("prefix_hits", &dinfer::EngineStatsSnapshot::prefix_hits)
+      .def_readonly("prefix_replay_tokens", &dinfer::EngineStatsSnapshot::prefix_replay_tokens);
 
   py::class_<dinfer::Engine>(m, "Engine")
       .def(py::init([](const dinfer::EngineOptions& o) {

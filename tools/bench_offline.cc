@@ -154,10 +154,12 @@ int RunBenchOffline(const BenchOfflineArgs& a) {
               1e3 * t1.p90, 1e3 * t1.p99);
   std::printf("TPOT ms  mean %.1f  p50 %.1f  p90 %.1f  p99 %.1f\n", 1e3 * t2.mean, 1e3 * t2.p50,
               1e3 * t2.p90, 1e3 * t2.p99);
-  std::printf("prefix cache hits %lld of %lld prompt tokens looked up; preemptions %lld\n",
-              static_cast<long long>(stats.prefix_hits),
-              static_cast<long long>(stats.prefix_queries),
-              static_cast<long long>(stats.preemptions));
+  std::printf(
+      "prefix cache hits %lld of %lld prompt tokens looked up (%lld recomputed to rebuild the "
+      "window); preemptions %lld\n",
+      static_cast<long long>(stats.prefix_hits), static_cast<long long>(stats.prefix_queries),
+      static_cast<long long>(stats.prefix_replay_tokens),
+      static_cast<long long>(stats.preemptions));
   if (stats.draft_tokens > 0) {
     std::printf("speculative decoding: %lld of %lld draft tokens accepted (%.1f%%)\n",
                 static_cast<long long>(stats.accepted_draft_tokens),
@@ -183,6 +185,7 @@ int RunBenchOffline(const BenchOfflineArgs& a) {
                             {"itl_s", ToJson(t3)},
                             {"prefix_hit_tokens", stats.prefix_hits},
                             {"prefix_query_tokens", stats.prefix_queries},
+                            {"prefix_replay_tokens", stats.prefix_replay_tokens},
                             {"preemptions", stats.preemptions},
                             {"draft_tokens", stats.draft_tokens},
                             {"accepted_draft_tokens", stats.accepted_draft_tokens}};

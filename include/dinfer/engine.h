@@ -148,6 +148,9 @@ struct EngineStatsSnapshot {
   int64_t prompt_tokens = 0, generated_tokens = 0, preemptions = 0;
   double kv_usage = 0.0;                        // fraction of KV blocks in use
   int64_t prefix_queries = 0, prefix_hits = 0;  // prompt tokens looked up / found cached
+  // Of the hits, tokens recomputed to rebuild sliding-window KV dropped from the cache (SWA
+  // bounded replay: a hit of T tokens computes from T minus the model's window receptive field).
+  int64_t prefix_replay_tokens = 0;
   // Speculative decoding: draft tokens verified and accepted (acceptance rate = accepted / draft).
   int64_t draft_tokens = 0, accepted_draft_tokens = 0;
 };

@@ -336,6 +336,7 @@ class EngineImpl final : public Engine {
       stats_.kv_usage = s.kv.usage;
       stats_.prefix_queries = s.kv.prefix_queries;
       stats_.prefix_hits = s.kv.prefix_hits;
+      stats_.prefix_replay_tokens = s.kv.prefix_replayed;
       stats_.draft_tokens = s.draft_tokens;
       stats_.accepted_draft_tokens = s.accepted_draft_tokens;
     }

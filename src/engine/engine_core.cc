@@ -97,6 +97,7 @@ kv::KvCacheSpec MakeSpec(const Model& model, const EngineConfig& c) {
   spec.sliding_window = specs[0].sliding_window;
   spec.enable_prefix_caching = c.enable_prefix_caching;
   spec.extra_groups.assign(specs.begin() + 1, specs.end());
+  spec.replay_tokens = model.WindowReplayTokens();
   return spec;
 }
 
@@ -387,6 +388,7 @@ EngineCore::StepJob EngineCore::BuildJob(const sched::StepPlan& plan) {
       job.group_tables.push_back(std::move(groups));
       s.group_tables = job.group_tables.back();
     }
+    s.replay_end = c.replay_end;
     s.logits = !c.draft.empty() ? SeqChunk::Logits::kAll
                : c.sample       ? SeqChunk::Logits::kLast
                                 : SeqChunk::Logits::kNone;

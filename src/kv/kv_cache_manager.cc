@@ -1,6 +1,7 @@
 #include "kv/kv_cache_manager.h"
 
 #include <algorithm>
+#include <numeric>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -34,7 +35,19 @@ KvCacheManager::KvCacheManager(const KvCacheSpec& spec) : spec_(spec) {
     DINFER_CHECK_MSG(gs.sliding_window == 0 || gs.entry_rate == 1,
                      "KV group {}: a sliding window needs a row per token", g);
     groups_.push_back(Group{gs, BlockPool(gs.num_blocks), gs.block_size / gs.entry_rate});
+    if (gs.sliding_window > 0) window_alignment_ = std::lcm(window_alignment_, gs.block_size);
   }
+  DINFER_CHECK_MSG(spec.replay_tokens >= 0, "replay_tokens must be >= 0, got {}",
+                   spec.replay_tokens);
+  // A replay rebuilds window groups next to groups that anchor the hit in the cache.
+  const auto windowed = [](const Group& g) { return g.spec.sliding_window > 0; };
+  can_replay_ = spec.replay_tokens > 0 && std::any_of(groups_.begin(), groups_.end(), windowed) &&
+                !std::all_of(groups_.begin(), groups_.end(), windowed);
+}
+
+int64_t KvCacheManager::ReplayStartFor(int64_t n) const {
+  const int64_t s = n - spec_.replay_tokens;
+  return s <= 0 ? 0 : s / window_alignment_ * window_alignment_;
 }
 
 int64_t KvCacheManager::BlocksFor(const Group& g, int64_t n) const {
@@ -65,13 +78,13 @@ int64_t KvCacheManager::MaxCachedTokens(int64_t num_tokens) const {
   return num_tokens <= 1 ? 0 : (num_tokens - 1) / bs * bs;
 }
 
-int64_t KvCacheManager::FindHit(std::span<const int32_t> tokens, uint64_t salt, int64_t limit,
-                                Lookup* lookup) const {
+PrefixHit KvCacheManager::FindHit(std::span<const int32_t> tokens, uint64_t salt, int64_t limit,
+                                  Lookup* lookup) const {
   const size_t num_groups = groups_.size();
   lookup->blocks.assign(num_groups, {});
   lookup->hashes.assign(num_groups, {});
   limit = std::min(limit, static_cast<int64_t>(tokens.size()));
-  if (limit <= 0) return 0;
+  if (limit <= 0) return {};
   // Per group: the blocks of the prefix, up to the first miss where every block is needed; all
   // of them for windows (a miss behind the window does not matter).
   std::vector<std::vector<int64_t>> runs(num_groups);  // windows: cached blocks ending at i
@@ -92,27 +105,38 @@ int64_t KvCacheManager::FindHit(std::span<const int32_t> tokens, uint64_t salt, 
       }
     }
   }
+  // From the longest prefix down: the first one every group holds is the plain hit; the first
+  // one the groups other than the windows hold is the best replay candidate (a longer prefix
+  // never starts its replay earlier).
   const int64_t step = groups_[0].spec.block_size;
+  int64_t replay = 0;
   for (int64_t t = limit / step * step; t > 0; t -= step) {
     if (!Aligned(t)) continue;
-    bool ok = true;
-    for (size_t gi = 0; gi < num_groups && ok; ++gi) {
+    bool others = true, windows = true;
+    for (size_t gi = 0; gi < num_groups && others; ++gi) {
       const Group& g = groups_[gi];
       const int64_t need = FullBlocks(g, t);
       if (g.spec.sliding_window == 0) {
-        ok = need <= static_cast<int64_t>(lookup->blocks[gi].size());
+        others = need <= static_cast<int64_t>(lookup->blocks[gi].size());
       } else {
         const int64_t live = need - std::min(need, DeadBlocks(g, t));
-        ok = live == 0 || runs[gi][static_cast<size_t>(need - 1)] >= live;
+        windows = windows && (live == 0 || runs[gi][static_cast<size_t>(need - 1)] >= live);
       }
     }
-    if (ok) return t;
+    if (!others) continue;
+    if (windows) {
+      // Replay only when it computes fewer tokens than this plain hit leaves.
+      if (replay > 0 && ReplayStartFor(replay) > t) return {replay, ReplayStartFor(replay)};
+      return {t, t};
+    }
+    if (replay == 0 && can_replay_) replay = t;
   }
-  return 0;
+  if (replay > 0 && ReplayStartFor(replay) > 0) return {replay, ReplayStartFor(replay)};
+  return {};
 }
 
-int64_t KvCacheManager::Match(std::span<const int32_t> tokens, uint64_t salt) const {
-  if (!spec_.enable_prefix_caching) return 0;
+PrefixHit KvCacheManager::Match(std::span<const int32_t> tokens, uint64_t salt) const {
+  if (!spec_.enable_prefix_caching) return {};
   Lookup lookup;
   return FindHit(tokens, salt, MaxCachedTokens(static_cast<int64_t>(tokens.size())), &lookup);
 }
@@ -135,23 +159,33 @@ KvCacheManager::Plan KvCacheManager::MakePlan(RequestId request, int64_t total_t
   }
   int64_t reuse = 0;
   if (spec_.enable_prefix_caching && num_cached_tokens > 0) {
-    reuse = std::min(num_cached_tokens, std::max<int64_t>(total_tokens, 0));
+    reuse = num_cached_tokens;
     if (!tokens.empty()) {
       reuse = std::min(reuse, MaxCachedTokens(static_cast<int64_t>(tokens.size())));
     }
   }
   Lookup lookup;
+  PrefixHit hit;
   if (!tokens.empty()) {
-    reuse = FindHit(tokens, salt, reuse, &lookup);
+    hit = FindHit(tokens, salt, reuse, &lookup);
+    // Computation starts at most at total_tokens; only a shorter prefix can then hit.
+    if (hit.replay_start > total_tokens) {
+      hit = FindHit(tokens, salt, std::max<int64_t>(total_tokens, 0), &lookup);
+    }
   } else {
+    reuse = std::min(reuse, std::max<int64_t>(total_tokens, 0));
     while (reuse > 0 && !Aligned(reuse)) --reuse;
+    hit = {reuse, reuse};
   }
-  plan.num_cached_tokens = reuse;
+  plan.hit = hit;
+  const bool replay = hit.replay_start < hit.num_cached_tokens;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const Group& g = groups_[gi];
     GroupPlan& gp = plan.groups[gi];
-    const int64_t full = FullBlocks(g, reuse);
-    gp.num_released = std::min(full, DeadBlocks(g, reuse));
+    // A replay rewrites the window groups from S on, in fresh blocks: it reuses none of theirs.
+    const bool rebuilt = replay && g.spec.sliding_window > 0;
+    const int64_t full = FullBlocks(g, rebuilt ? hit.replay_start : hit.num_cached_tokens);
+    gp.num_released = rebuilt ? full : std::min(full, DeadBlocks(g, hit.num_cached_tokens));
     int64_t num_cached_now = 0;
     if (!tokens.empty()) {
       for (int64_t i = 0; i < full; ++i) {
@@ -203,7 +237,8 @@ bool KvCacheManager::Allocate(RequestId request, int64_t total_tokens,
   RequestState& state = it->second;
   if (is_new) {
     state.groups.resize(groups_.size());
-    state.num_cached_tokens = plan.num_cached_tokens;
+    state.num_cached_tokens = plan.hit.num_cached_tokens;
+    state.replay_start = plan.hit.replay_start;
     state.salt = salt;
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
       GroupPlan& gp = plan.groups[gi];
@@ -222,6 +257,7 @@ bool KvCacheManager::Allocate(RequestId request, int64_t total_tokens,
     if (spec_.enable_prefix_caching && !tokens.empty()) {
       prefix_queries_ += static_cast<int64_t>(tokens.size());
       prefix_hits_ += state.num_cached_tokens;
+      prefix_replayed_ += plan.hit.num_replay_tokens();
     }
   }
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -302,6 +338,11 @@ int64_t KvCacheManager::NumCachedTokens(RequestId request) const {
   return it == requests_.end() ? 0 : it->second.num_cached_tokens;
 }
 
+int64_t KvCacheManager::ReplayStart(RequestId request) const {
+  auto it = requests_.find(request);
+  return it == requests_.end() ? 0 : it->second.replay_start;
+}
+
 Status KvCacheManager::CheckCanEverHold(int64_t num_tokens) const {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const Group& g = groups_[gi];
@@ -337,6 +378,7 @@ KvCacheStats KvCacheManager::Stats() const {
   }
   s.prefix_queries = prefix_queries_;
   s.prefix_hits = prefix_hits_;
+  s.prefix_replayed = prefix_replayed_;
   s.usage = Usage();
   return s;
 }
@@ -375,10 +417,12 @@ Status KvCacheManager::CheckInvariants() const {
       if (g.spec.sliding_window == 0 && gs.num_released_blocks != 0) {
         return Internal("KV request {} group {}: released blocks under full attention", id, gi);
       }
-      if (state.num_cached_tokens > 0 &&
-          FullBlocks(g, state.num_cached_tokens) > gs.num_committed_blocks) {
+      // A replay's window groups reuse nothing: their chain starts at the replay start.
+      const int64_t reused =
+          g.spec.sliding_window > 0 ? state.replay_start : state.num_cached_tokens;
+      if (reused > 0 && FullBlocks(g, reused) > gs.num_committed_blocks) {
         return Internal("KV request {} group {}: {} cached tokens but {} committed blocks", id, gi,
-                        state.num_cached_tokens, gs.num_committed_blocks);
+                        reused, gs.num_committed_blocks);
       }
       for (int64_t i = 0; i < size; ++i) {
         const BlockId b = gs.table[static_cast<size_t>(i)];
@@ -411,10 +455,18 @@ Status KvCacheManager::CheckInvariants() const {
       return Internal("KV request {}: {} cached tokens is not a block boundary of every group", id,
                       state.num_cached_tokens);
     }
+    const bool replay = state.replay_start != state.num_cached_tokens;
+    if (replay && (spec_.replay_tokens == 0 || state.replay_start < 0 ||
+                   state.replay_start > ReplayStartFor(state.num_cached_tokens) ||
+                   state.replay_start % window_alignment_ != 0)) {
+      return Internal("KV request {}: replay from {} for a hit of {} tokens (replay bound {})", id,
+                      state.replay_start, state.num_cached_tokens, spec_.replay_tokens);
+    }
   }
-  if (prefix_hits_ < 0 || prefix_hits_ > prefix_queries_) {
-    return Internal("KV prefix stats: {} hits out of {} queried tokens", prefix_hits_,
-                    prefix_queries_);
+  if (prefix_hits_ < 0 || prefix_hits_ > prefix_queries_ || prefix_replayed_ < 0 ||
+      prefix_replayed_ > prefix_hits_) {
+    return Internal("KV prefix stats: {} hits ({} replayed) out of {} queried tokens", prefix_hits_,
+                    prefix_replayed_, prefix_queries_);
   }
   return OkStatus();
 }

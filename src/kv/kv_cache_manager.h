@@ -7,7 +7,10 @@
 // Every change is two-phase: CanAllocate() plans without side effects, Allocate() commits, and a
 // failed Allocate() changes nothing (in any group). Invariant (CheckInvariants), per group:
 // free + cached + in use = total. Sliding-window groups release blocks that no future token can
-// attend to. Not thread-safe: owned and called by the scheduler thread only.
+// attend to; when the model can rebuild them (KvCacheSpec::replay_tokens), a prefix whose other
+// groups are cached hits without them and the request recomputes a bounded stretch of tokens
+// before the hit (SWA bounded replay). Not thread-safe: owned and called by the scheduler thread
+// only.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,14 @@ struct KvCacheSpec {
   int64_t sliding_window = 0;  // 0: full attention; else tokens a query can see (itself included)
   bool enable_prefix_caching = true;
   std::vector<KvGroupSpec> extra_groups = {};
+  // SWA bounded replay. 0: a prefix hit needs the blocks its sliding-window groups still read.
+  // R > 0: the model rebuilds those exactly by recomputing the R tokens before the hit (its window
+  // receptive field, Model::WindowReplayTokens), so a prefix of T tokens whose other groups are
+  // cached also hits without them: the request recomputes [S, T), S = T - R rounded down to whole
+  // blocks of every window group, writing only window-group rows for those positions (the other
+  // groups' rows are shared cached blocks), and computes on from T. Only for specs with both
+  // sliding-window groups and others (those anchor the hit in the cache).
+  int64_t replay_tokens = 0;
 
   int64_t num_groups() const { return 1 + static_cast<int64_t>(extra_groups.size()); }
   KvGroupSpec group(int64_t g) const;
@@ -58,17 +69,30 @@ struct KvCacheStats {
   // those the cached ones it reuses.
   int64_t prefix_queries = 0;
   int64_t prefix_hits = 0;
+  // Of the hits, tokens recomputed to rebuild sliding-window KV (bounded replay).
+  int64_t prefix_replayed = 0;
+};
+
+// A prefix hit: the first num_cached_tokens (T) tokens' KV comes from the cache, and computation
+// starts at replay_start (S <= T). S < T only for a bounded replay: positions [S, T) are computed
+// again to rebuild the sliding-window groups' blocks, and their other groups' rows are cached.
+struct PrefixHit {
+  int64_t num_cached_tokens = 0;
+  int64_t replay_start = 0;
+  int64_t num_replay_tokens() const { return num_cached_tokens - replay_start; }
+  bool operator==(const PrefixHit&) const = default;
 };
 
 // The hash of a full block: its tokens, its parent block's hash (0 for the first) and the salt.
 // XXH3-64: equal inputs give equal hashes in every process on the same (little-endian) machine.
 BlockHash HashBlock(BlockHash parent, std::span<const int32_t> tokens, uint64_t salt);
 
-// Typical use per step: a waiting request calls Match then Allocate(id, cached + n, prompt, salt,
-// cached) and starts computing at NumCachedTokens(id) (which can be below `cached`); a running
-// one calls Allocate(id, computed + n). After the step: CommitComputed, then ReleaseOutsideWindow;
-// Free when it finishes or is preempted. Each group has its own pool, so every operation applies
-// to every group; a prefix hit counts only where every group has the blocks it needs.
+// Typical use per step: a waiting request calls Match (hit {T, S}) then Allocate(id, S + n, prompt,
+// salt, T) and starts computing at ReplayStart(id) (which can be below S: blocks may have been
+// evicted since Match); a running one calls Allocate(id, computed + n). After the step:
+// CommitComputed, then ReleaseOutsideWindow; Free when it finishes or is preempted. Each group has
+// its own pool, so every operation applies to every group; a prefix hit counts only where every
+// group has the blocks it needs.
 class KvCacheManager {
  public:
   explicit KvCacheManager(const KvCacheSpec& spec);
@@ -76,12 +100,14 @@ class KvCacheManager {
   const KvCacheSpec& spec() const { return spec_; }
 
   // Longest cached prefix of `tokens` in whole blocks of group 0, leaving at least one token to
-  // compute (so at most tokens.size() - 1 tokens). Returns the number of cached tokens; the
-  // blocks are not yet taken: Allocate(..., num_cached_tokens) takes them. With prefix caching
-  // disabled it returns 0. A prefix of T tokens hits when every group has it: full-attention and
-  // compressed groups every block holding rows of the first T tokens (which must be full blocks),
-  // sliding-window groups only the blocks the window still reads from position T on.
-  int64_t Match(std::span<const int32_t> tokens, uint64_t salt) const;
+  // compute (so at most tokens.size() - 1 tokens); the blocks are not yet taken:
+  // Allocate(..., hit.num_cached_tokens) takes them. With prefix caching disabled: {0, 0}. A
+  // prefix of T tokens hits when every group has it: full-attention and compressed groups every
+  // block holding rows of the first T tokens (which must be full blocks), sliding-window groups
+  // only the blocks the window still reads from position T on. With replay_tokens, the longest
+  // prefix the other groups hold hits too, with S = T - replay_tokens (rounded down to window
+  // blocks), when that saves work: S beats the longest plain hit.
+  PrefixHit Match(std::span<const int32_t> tokens, uint64_t salt) const;
 
   // Blocks Allocate would take out of group `group`'s free and cached pools for `request` to hold
   // `total_tokens` tokens: new blocks, plus on a first allocation the reused cached blocks that
@@ -101,14 +127,17 @@ class KvCacheManager {
   // Grows `request`'s block table of each group to the blocks holding rows of its first
   // `total_tokens` tokens (ceil(total_tokens / block_size) for a row per token; never shrinks).
   // On the request's first call, `tokens` and `salt` name its prompt and up to the first
-  // `num_cached_tokens` tokens (a Match result) reuse cached blocks: they are re-checked here
+  // `num_cached_tokens` tokens (a Match result's T) reuse cached blocks: they are re-checked here
   // and reuse stops at the first block no longer cached (evicted since Match), so fewer tokens
   // may be reused; NumCachedTokens(request) then says how many were, and the request must compute
-  // from there. Reuse is also capped like Match (at least one prompt token left to compute, and
-  // at most total_tokens). Without `tokens`, nothing is reused. On later calls `tokens`, `salt`
-  // and `num_cached_tokens` are ignored; a first call for 0 tokens takes nothing and leaves the
-  // request unknown. Returns false and changes nothing when the pool cannot supply the blocks
-  // (reused blocks are taken first, so an allocation never evicts its own hits).
+  // from ReplayStart(request). Reuse is also capped like Match (at least one prompt token left to
+  // compute, and computation starting at most at total_tokens). A replay hit's window-group
+  // tables get fresh blocks from S on (the replay rewrites them), its other groups' tables hold
+  // the T tokens' cached blocks even when total_tokens < T. Without `tokens`, nothing is reused. On
+  // later calls `tokens`, `salt` and `num_cached_tokens` are ignored; a first call for 0 tokens
+  // takes nothing and leaves the request unknown. Returns false and changes nothing when the pool
+  // cannot supply the blocks (reused blocks are taken first, so an allocation never evicts its own
+  // hits).
   bool Allocate(RequestId request, int64_t total_tokens, std::span<const int32_t> tokens = {},
                 uint64_t salt = 0, int64_t num_cached_tokens = 0);
 
@@ -139,7 +168,9 @@ class KvCacheManager {
   // [i * block_size, (i + 1) * block_size); released slots hold kNullBlock. Valid until the
   // request's next call here.
   std::span<const BlockId> BlockTable(RequestId request, int64_t group = 0) const;
-  int64_t NumCachedTokens(RequestId request) const;  // prefix tokens it reused at admission
+  int64_t NumCachedTokens(RequestId request) const;  // prefix tokens it reused at admission (T)
+  // Where its computation started at admission: NumCachedTokens, or S for a bounded replay.
+  int64_t ReplayStart(RequestId request) const;
 
   // Whether a request of `num_tokens` tokens could ever be held (each full-attention or
   // compressed group has the blocks for it; windows release as they go); ResourceExhausted
@@ -170,6 +201,7 @@ class KvCacheManager {
   struct RequestState {
     std::vector<GroupState> groups;
     int64_t num_cached_tokens = 0;
+    int64_t replay_start = 0;  // == num_cached_tokens unless its hit is a bounded replay
     uint64_t salt = 0;
   };
   // What Allocate would do in one group: the cached blocks a first allocation reuses (kNullBlock
@@ -183,7 +215,7 @@ class KvCacheManager {
   };
   struct Plan {
     std::vector<GroupPlan> groups;
-    int64_t num_cached_tokens = 0;
+    PrefixHit hit;
   };
   // Per group, the cached block (or kNullBlock) and chain hash of each whole block of a prefix.
   struct Lookup {
@@ -195,9 +227,12 @@ class KvCacheManager {
   // the caps) is assumed reused and referenced elsewhere (BlocksNeeded's lower bound).
   Plan MakePlan(RequestId request, int64_t total_tokens, std::span<const int32_t> tokens,
                 uint64_t salt, int64_t num_cached_tokens) const;
-  // The longest prefix of at most `limit` tokens that every group holds, with what it found.
-  int64_t FindHit(std::span<const int32_t> tokens, uint64_t salt, int64_t limit,
-                  Lookup* lookup) const;
+  // The best hit of at most `limit` tokens (see Match), with what it found.
+  PrefixHit FindHit(std::span<const int32_t> tokens, uint64_t salt, int64_t limit,
+                    Lookup* lookup) const;
+  // The replay start for a hit of `n` tokens: n - replay_tokens rounded down to whole blocks of
+  // every sliding-window group, at least 0.
+  int64_t ReplayStartFor(int64_t n) const;
   // Whether a prefix of `n` tokens is a whole number of group 0 blocks and ends every group's
   // rows on a block boundary.
   bool Aligned(int64_t n) const;
@@ -212,8 +247,11 @@ class KvCacheManager {
   KvCacheSpec spec_;
   std::vector<Group> groups_;
   std::unordered_map<RequestId, RequestState> requests_;
+  int64_t window_alignment_ = 1;  // lcm of the sliding-window groups' block sizes
+  bool can_replay_ = false;       // replay_tokens and both window groups and others
   int64_t prefix_queries_ = 0;
   int64_t prefix_hits_ = 0;
+  int64_t prefix_replayed_ = 0;
 };
 
 }  // namespace dinfer::kv

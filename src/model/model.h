@@ -92,6 +92,14 @@ class Model {
   // block_size tokens and a row per token. By default one group: full attention, or a sliding
   // window when every layer has one.
   virtual std::vector<KvGroup> KvGroupsFor(int64_t block_size) const;
+  // SWA bounded replay: R > 0 when, for any prefix of T tokens whose KV outside the sliding-window
+  // groups is cached, computing positions [S, T) with S <= T - R (SeqChunk::replay_end = T) over
+  // fresh window blocks rebuilds every window-group row that positions from T on read exactly as
+  // computing the whole prefix would (up to batch-composition rounding). 0 (the default): the
+  // window cannot be rebuilt that way, so a prefix hit needs its window blocks cached. A model
+  // returning R > 0 must honour replay_end: write nothing outside the window groups for those
+  // positions.
+  virtual int64_t WindowReplayTokens() const { return 0; }
 
   // logits: [logits_rows.size(), vocab_size] f32, allocated by the caller.
   virtual Status Forward(const ops::OpContext& ctx, const ForwardInput& in, const KvStorage& kv,

@@ -67,6 +67,13 @@ struct AttentionMetadata {
   int64_t block_size = 0;
   // Every KV group's tables, group 0's first (the same as above); empty for one-group models.
   std::span<const GroupBlockTables> groups;
+  // Per sequence: positions below it are a bounded replay (rebuild window KV; write nothing in
+  // other groups). Empty: no sequence replays.
+  std::span<const int32_t> replay_end;
+
+  bool replaying(int64_t t) const {
+    return !replay_end.empty() && positions[t] < replay_end[token_seq[t]];
+  }
 
   GroupBlockTables group(int64_t g) const {
     if (g == 0 || groups.empty()) return {block_tables, max_blocks_per_seq, block_size};

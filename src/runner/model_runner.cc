@@ -200,6 +200,8 @@ StatusOr<ForwardInput> ModelRunner::Prepare(std::span<const SeqChunk> chunks) {
   slots_.clear();
   logits_rows_.clear();
   block_tables_.clear();
+  replay_end_.clear();
+  bool replay = false;
   const int64_t bs = kv_.block_size();
   size_t max_blocks = 1;
   for (const auto& c : chunks) max_blocks = std::max(max_blocks, c.block_table.size());
@@ -215,8 +217,9 @@ StatusOr<ForwardInput> ModelRunner::Prepare(std::span<const SeqChunk> chunks) {
     }
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       const int64_t pos = c.start_pos + static_cast<int64_t>(i);
-      if (c.logits == SeqChunk::Logits::kAll ||
-          (c.logits == SeqChunk::Logits::kLast && i + 1 == c.tokens.size())) {
+      const bool replayed = pos < c.replay_end;  // rebuilds KV only: no logits
+      if (!replayed && (c.logits == SeqChunk::Logits::kAll ||
+                        (c.logits == SeqChunk::Logits::kLast && i + 1 == c.tokens.size()))) {
         logits_rows_.push_back(static_cast<int32_t>(tokens_.size()));
       }
       tokens_.push_back(c.tokens[i]);
@@ -224,6 +227,8 @@ StatusOr<ForwardInput> ModelRunner::Prepare(std::span<const SeqChunk> chunks) {
       positions_.push_back(static_cast<int32_t>(pos));
       slots_.push_back(static_cast<int64_t>(c.block_table[pos / bs]) * bs + pos % bs);
     }
+    replay_end_.push_back(static_cast<int32_t>(std::max<int64_t>(c.replay_end, 0)));
+    replay = replay || c.replay_end > c.start_pos;
     const size_t base = block_tables_.size();
     block_tables_.resize(base + max_blocks, 0);
     std::copy(c.block_table.begin(), c.block_table.end(), block_tables_.begin() + base);
@@ -276,6 +281,7 @@ StatusOr<ForwardInput> ModelRunner::Prepare(std::span<const SeqChunk> chunks) {
   in.meta.max_blocks_per_seq = static_cast<int64_t>(max_blocks);
   in.meta.block_size = bs;
   in.meta.groups = group_meta_;
+  if (replay) in.meta.replay_end = replay_end_;
   return in;
 }
 

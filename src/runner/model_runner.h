@@ -102,7 +102,7 @@ class ModelRunner {
   std::unique_ptr<GpuRunner> gpu_;
   Status status_;
   DeviceSampleBatch sample_batch_;
-  std::vector<int32_t> tokens_, token_seq_, positions_, block_tables_, logits_rows_;
+  std::vector<int32_t> tokens_, token_seq_, positions_, block_tables_, logits_rows_, replay_end_;
   std::vector<std::vector<int32_t>> group_block_tables_;  // groups 1, 2, ...
   std::vector<ops::GroupBlockTables> group_meta_;
   std::vector<int64_t> slots_;

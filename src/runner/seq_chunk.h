@@ -17,6 +17,10 @@ struct SeqChunk {
   // Models with several KV groups: the block tables of groups 1, 2, ... (group 0's is
   // block_table). Empty: block_table serves every group (block ids of each group's own pool).
   std::span<const std::span<const int32_t>> group_tables = {};
+  // Bounded replay: positions below replay_end rebuild sliding-window KV only (no logits; the
+  // rows they would write in other KV groups belong to shared cached blocks and are left alone).
+  // Only for models that declare a replay bound (Model::WindowReplayTokens). 0: none.
+  int64_t replay_end = 0;
 };
 
 }  // namespace dinfer

@@ -71,6 +71,7 @@ void Scheduler::Preempt(RequestId id, StepPlan& plan) {
   r.num_computed_tokens = 0;
   r.num_done_tokens = 0;
   r.num_cached_tokens = 0;
+  r.num_replay_tokens = 0;
   ++r.num_preemptions;
   r.draft.clear();
   running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -97,7 +98,10 @@ StepPlan Scheduler::Schedule() {
   int64_t budget = config_.max_num_batched_tokens;
   auto add_chunk = [&](SchedRequest& r, int64_t n) {
     const bool sample = r.num_computed_tokens + n == r.num_tokens();
-    plan.chunks.push_back({r.id, r.num_computed_tokens, n, sample, {}});
+    // Until it reaches its hit, a replaying request recomputes window KV only.
+    const int64_t replay_end =
+        r.num_computed_tokens < r.num_cached_tokens ? r.num_cached_tokens : 0;
+    plan.chunks.push_back({r.id, r.num_computed_tokens, n, sample, replay_end, {}});
     if (sample) r.tokens.push_back(kPlaceholderToken);
     if (cost_model_) {
       plan.predicted_time_s =
@@ -165,17 +169,19 @@ StepPlan Scheduler::Schedule() {
       }
     }
     if (r.has_placeholder()) break;  // preempted while a step samples its next token
-    const int64_t cached = kv_.Match(r.tokens, r.cache_salt);
-    const int64_t n = std::min(r.num_tokens() - cached, ChunkLimit(budget, cached, plan));
+    // A replay hit's tokens [S, T) are budgeted like prompt tokens: computation starts at S.
+    const kv::PrefixHit hit = kv_.Match(r.tokens, r.cache_salt);
+    const int64_t start = hit.replay_start;
+    const int64_t n = std::min(r.num_tokens() - start, ChunkLimit(budget, start, plan));
     if (n <= 0) break;
-    if (!kv_.Allocate(id, cached + n, r.tokens, r.cache_salt, cached)) {
+    if (!kv_.Allocate(id, start + n, r.tokens, r.cache_salt, hit.num_cached_tokens)) {
       if (running_.empty() && plan.chunks.empty()) {
         // Nothing else holds memory, yet it cannot start: it never will.
         waiting_.erase(waiting_.begin() + static_cast<int64_t>(next));
         Fail(r,
              fmt::format("request {} cannot be admitted: the KV cache cannot hold its first {} "
                          "tokens",
-                         id, cached + n),
+                         id, start + n),
              plan);
         continue;
       }
@@ -184,11 +190,12 @@ StepPlan Scheduler::Schedule() {
     waiting_.erase(waiting_.begin() + static_cast<int64_t>(next));
     r.state = RequestState::kRunning;
     r.num_cached_tokens = kv_.NumCachedTokens(id);
-    r.num_computed_tokens = r.num_cached_tokens;
+    r.num_replay_tokens = r.num_cached_tokens - kv_.ReplayStart(id);
+    r.num_computed_tokens = kv_.ReplayStart(id);
     auto pos = std::find_if(running_.begin(), running_.end(),
                             [&](RequestId x) { return Before(r, requests_.at(x)); });
     running_.insert(pos, id);
-    add_chunk(r, cached + n - r.num_computed_tokens);
+    add_chunk(r, start + n - r.num_computed_tokens);
   }
   return plan;
 }

@@ -4,7 +4,9 @@
 // from the per-step token budget, which comes from a token cap and, optionally, a time budget
 // solved from a fitted cost model. Running requests go first (decodes always run), then waiting
 // ones by priority and arrival. When KV blocks run out, the lowest-priority running request is
-// preempted (its KV dropped, recomputed later). A request that can never fit fails alone.
+// preempted (its KV dropped, recomputed later). A request that can never fit fails alone. A
+// prefix hit that rebuilds its sliding-window KV by bounded replay computes from the replay start,
+// budgeted like prompt tokens; its chunks say where the replay ends (ScheduledChunk::replay_end).
 // No tensors, no devices: single-threaded, called by the engine's step loop.
 #pragma once
 
@@ -36,6 +38,10 @@ struct ScheduledChunk {
   int64_t start_pos = 0;  // position of the first token of the chunk
   int64_t num_tokens = 0;
   bool sample = false;  // the chunk ends at the request's last known token: sample next
+  // Bounded replay (KvCacheSpec::replay_tokens): the chunk's positions below replay_end rebuild
+  // sliding-window KV for a prefix hit of replay_end tokens; they produce no logits and write
+  // no rows of the other KV groups (those are the hit's shared cached blocks). 0: none.
+  int64_t replay_end = 0;
   // Draft tokens computed after the chunk's tokens (at start_pos + num_tokens, ...) to be verified:
   // not counted in num_tokens nor in the request's computed tokens until ResolveDraft.
   std::vector<int32_t> draft;

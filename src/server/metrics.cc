@@ -106,6 +106,10 @@ std::string Metrics::Render(const EngineStatsSnapshot* stats, int64_t http_in_fl
   out += fmt::format("dinfer_prefix_cache_queries_total {}\n", stats->prefix_queries);
   header("dinfer_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.");
   out += fmt::format("dinfer_prefix_cache_hits_total {}\n", stats->prefix_hits);
+  header("dinfer_prefix_replay_tokens_total", "counter",
+         "Of the prefix cache hits, tokens recomputed to rebuild sliding-window KV (bounded "
+         "replay).");
+  out += fmt::format("dinfer_prefix_replay_tokens_total {}\n", stats->prefix_replay_tokens);
   header("dinfer_prefix_cache_hit_rate", "gauge", "Prefix cache hits over queries since start.");
   out += fmt::format("dinfer_prefix_cache_hit_rate {}\n",
                      stats->prefix_queries > 0 ? static_cast<double>(stats->prefix_hits) /

@@ -406,7 +406,7 @@ TEST(DeepseekV4EngineTest, PrefixHitNeedsOnlyTheWindowsBlocks) {
   kv.Free(1);
   // The first window blocks were evicted to make room for the later ones.
   EXPECT_EQ(kv.GroupStats(0).cached, 11);
-  const int64_t hit = kv.Match(f.prompt, 0);
+  const int64_t hit = kv.Match(f.prompt, 0).num_cached_tokens;
   EXPECT_EQ(hit, 60);
   ASSERT_TRUE(kv.Allocate(2, hit + 1, f.prompt, 0, hit));
   ASSERT_EQ(kv.NumCachedTokens(2), hit);

@@ -3,6 +3,7 @@
 // as transformers' save_pretrained writes them (model.* names, no MTP layer).
 #include "model/archs/deepseek_v4.h"
 
+#include <algorithm>
 #include <cstring>
 #include <regex>
 
@@ -117,6 +118,40 @@ KvLayout DeepseekV4Model::KvLayoutFor(int64_t block_size) const {
 
 std::vector<KvGroup> DeepseekV4Model::KvGroupsFor(int64_t block_size) const {
   return layers::DeepseekV4KvGroups(config_, block_size);
+}
+
+// Why replaying [S, T) rebuilds the window exactly, given the cached compressed entries and indexer
+// keys of every entry completed before T (they are exact, and the replay reads them instead of
+// writing its own). Number the KV layers l = 0 .. L - 1 (the MTP layer last: its input is the
+// final hidden state) and let W be the window. Everything but attention is per token
+// (hyper-connections, norms, MoE, hash routing), and a layer's attention at position j reads its
+// window keys at (j - W, j] plus compressed entries. So if a layer's input is exact at positions
+// >= E, its window keys are too and its output is exact at positions >= E + W - 1. The inputs of
+// layer 0 (embeddings) are exact from S on, so layer l's inputs and window keys are exact from
+// S + l(W - 1) on (what the replay computed before that, from the empty window blocks behind S,
+// never reaches further). Positions from T on read the window keys at positions >= T - W + 1, so
+//   S <= T - L(W - 1).
+// A compressor of rate r at layer l also leaves a running state at T for the entry in progress:
+// it pools the layer's inputs from the window start B = (floor(T / r) - o) r on (o = 1 for the
+// overlapping compressors of compressed sparse attention, whose state also holds the next
+// entry's half of the previous window), and it was reset when position B - 1 completed an entry.
+// Both are inside the replay's exact zone when B - 1 >= S + l(W - 1), which holds for every T when
+//   S <= T - (1 + o) r - l(W - 1)
+// (B >= T - (1 + o) r + 1). What the replay reads from the state before S (an empty block) is gone
+// after that reset. R is the largest of these bounds.
+int64_t DeepseekV4Model::WindowReplayTokens() const {
+  const DeepseekV4Config& v = *config_.deepseek_v4;
+  const int64_t w = config_.sliding_window;
+  if (w <= 0) return 0;
+  const int64_t num_layers = config_.num_layers + static_cast<int64_t>(mtp_.size());
+  int64_t r = num_layers * (w - 1);
+  for (int64_t l = 0; l < num_layers; ++l) {
+    const V4Attention kind = v.layer_attention[static_cast<size_t>(l)];
+    if (kind == V4Attention::kSliding) continue;
+    const int64_t overlap = kind == V4Attention::kCompressedSparse ? 1 : 0;
+    r = std::max(r, (1 + overlap) * v.Rate(kind) + l * (w - 1));
+  }
+  return r;
 }
 
 StatusOr<TensorView> DeepseekV4Model::RunBlock(const ops::OpContext& ctx, const Block& block,

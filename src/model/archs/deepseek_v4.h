@@ -23,6 +23,9 @@ class DeepseekV4Model final : public Model {
 
   KvLayout KvLayoutFor(int64_t block_size) const override;
   std::vector<KvGroup> KvGroupsFor(int64_t block_size) const override;
+  // The window's receptive field through the KV layers, and the compressors' running state (see
+  // the definition).
+  int64_t WindowReplayTokens() const override;
   Status Forward(const ops::OpContext& ctx, const ForwardInput& in, const KvStorage& kv,
                  const TensorView& logits) override;
 

@@ -214,6 +214,13 @@ Status CompressedAttention::Compress(const ops::OpContext& ctx, const Compressor
   entries = entries.Rows(0, count);
   ops::RmsNorm(ctx, entries, cw.norm, eps_, entries);
   ops::RopeTrailing(ctx, entries, 1, cw.dim, rotary_dim_, entry_pos, inv_freq, false);
+  // A bounded replay completes only entries that are already cached (the hit's blocks, shared and
+  // read-only, and exact); the pooling above just carries the running state on to the hit.
+  if (!meta.replay_end.empty()) {
+    for (int64_t t = 0; t < n; ++t) {
+      if (meta.replaying(t)) entry_row[t] = -1;
+    }
+  }
   ops::StoreCompressed(ctx, entries, entry_row, entries_plane, meta);
   return OkStatus();
 }

@@ -2,7 +2,8 @@
 // CheckInvariants after each and an oracle of what every block's KV holds (per KV group), so that a
 // prefix hit on stale, partial or foreign KV is caught, as is a write into a block another request
 // reads. Runs with one group (full or sliding window) and with several (a window group next to
-// compressed groups whose blocks hold a row per `entry_rate` tokens).
+// compressed groups whose blocks hold a row per `entry_rate` tokens), also with SWA bounded replay
+// (a replaying request rewrites only its fresh window blocks).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,7 +33,9 @@ struct SimRequest {
   int64_t prompt_len = 0;
   uint64_t salt = 0;
   bool running = false;
-  int64_t matched = 0;   // last Match result (may be stale when used)
+  PrefixHit matched;     // last Match result (may be stale when used)
+  int64_t cached = 0;    // tokens reused at admission (T; a replay computed from before it)
+  int64_t start = 0;     // where its computation started at admission
   int64_t computed = 0;  // tokens whose KV is written
   int64_t allocated = 0;
 };
@@ -42,6 +45,7 @@ struct Coverage {
   int64_t refused = 0;
   int64_t released = 0;
   int64_t finished = 0;
+  int64_t replays = 0;
 };
 
 class Stress {
@@ -70,8 +74,10 @@ class Stress {
       ASSERT_EQ(s.free + s.cached + s.in_use, s.total);
       for (const auto& [id, r] : reqs_) {
         for (size_t g = 0; g < groups_.size(); ++g) {
+          // A replay's other groups hold the hit's blocks even beyond what it allocated.
+          const int64_t reused = groups_[g].sliding_window > 0 ? 0 : FullBlocks(g, r.cached);
           ASSERT_EQ(static_cast<int64_t>(kv_.BlockTable(id, g).size()),
-                    r.running ? BlocksFor(g, r.allocated) : 0)
+                    r.running ? std::max(BlocksFor(g, r.allocated), reused) : 0)
               << "request " << id << " group " << g;
         }
       }
@@ -87,6 +93,9 @@ class Stress {
   // Blocks of group g holding rows of the first n tokens.
   int64_t BlocksFor(size_t g, int64_t n) const {
     return (n / groups_[g].entry_rate + RowsPerBlock(g) - 1) / RowsPerBlock(g);
+  }
+  int64_t FullBlocks(size_t g, int64_t n) const {
+    return n / groups_[g].entry_rate / RowsPerBlock(g);
   }
   int64_t Dead(size_t g, int64_t next) const {
     const int64_t w = groups_[g].sliding_window;
@@ -162,8 +171,11 @@ class Stress {
     for (size_t g = 0; g < groups_.size(); ++g) {
       const int64_t bs = groups_[g].block_size, rate = groups_[g].entry_rate;
       const auto table = kv_.BlockTable(id, g);
-      // The rows written now: those of positions [computed, end).
-      for (int64_t i = r.computed / rate / RowsPerBlock(g); i < BlocksFor(g, end); ++i) {
+      // The rows written now: those of positions [computed, end), except a replay's rows outside
+      // the window groups (they are the hit's cached blocks).
+      const int64_t from =
+          groups_[g].sliding_window > 0 ? r.computed : std::max(r.computed, r.cached);
+      for (int64_t i = from / rate / RowsPerBlock(g); i < BlocksFor(g, end); ++i) {
         const BlockId b = table[static_cast<size_t>(i)];
         ASSERT_NE(b, kNullBlock) << "writing into a released slot " << i << " of group " << g;
         ASSERT_FALSE(HeldByOther(g, id, b))
@@ -185,8 +197,11 @@ class Stress {
       for (size_t g = 0; g < groups_.size(); ++g) {
         const int64_t dead = Dead(g, r.computed);
         const auto after = kv_.BlockTable(id, g);
+        // A replay's window slots before its start hold nothing either.
+        const int64_t empty =
+            std::max(dead, r.cached > r.start ? r.start / groups_[g].block_size : 0);
         for (int64_t i = 0; i < static_cast<int64_t>(after.size()); ++i) {
-          if (i < dead) {
+          if (i < (groups_[g].sliding_window > 0 ? empty : dead)) {
             ASSERT_EQ(after[static_cast<size_t>(i)], kNullBlock) << "dead slot " << i << " kept";
           } else {
             ASSERT_NE(after[static_cast<size_t>(i)], kNullBlock)
@@ -200,35 +215,47 @@ class Stress {
   void Admit(RequestId id, SimRequest& r, bool fresh_match, Coverage& cov) {
     const int64_t bs = spec_.block_size;
     const int64_t chunk = Uniform(1, 16);
-    const int64_t total = std::min(r.prompt_len, r.matched + chunk);
+    const int64_t total = std::min(r.prompt_len, r.matched.replay_start + chunk);
+    const int64_t hit = r.matched.num_cached_tokens;
     const auto prompt = Prompt(r);
-    const bool can = kv_.CanAllocate(id, total, r.matched, prompt, r.salt);
+    const bool can = kv_.CanAllocate(id, total, hit, prompt, r.salt);
     const std::string before = Snapshot();
-    const bool ok = kv_.Allocate(id, total, prompt, r.salt, r.matched);
+    const bool ok = kv_.Allocate(id, total, prompt, r.salt, hit);
     ASSERT_EQ(can, ok);
     if (!ok) {
       ASSERT_EQ(Snapshot(), before);
       ++cov.refused;
       return;
     }
-    const int64_t cached = kv_.NumCachedTokens(id);
+    const int64_t cached = kv_.NumCachedTokens(id), start = kv_.ReplayStart(id);
     ASSERT_EQ(cached % bs, 0);
-    ASSERT_LE(cached, r.matched);
+    ASSERT_LE(cached, hit);
     ASSERT_LT(cached, r.prompt_len);
+    ASSERT_LE(start, std::min(cached, total));
+    if (start < cached) {
+      ASSERT_GT(spec_.replay_tokens, 0);
+      ASSERT_EQ(start, std::max<int64_t>(0, cached - spec_.replay_tokens) / bs * bs);
+      ++cov.replays;
+    }
     if (fresh_match) {
-      ASSERT_EQ(cached, r.matched) << "nothing changed since Match";
+      ASSERT_EQ(cached, hit) << "nothing changed since Match";
+      ASSERT_EQ(start, r.matched.replay_start);
     }
     std::vector<size_t> reused(groups_.size());
     for (size_t g = 0; g < groups_.size(); ++g) {
+      const bool window = groups_[g].sliding_window > 0;
       const auto table = kv_.BlockTable(id, g);
-      ASSERT_EQ(static_cast<int64_t>(table.size()), BlocksFor(g, total));
+      // A replay's window groups start over at `start`, the others keep the hit's blocks.
+      const int64_t upto = window ? start : cached;
+      ASSERT_EQ(static_cast<int64_t>(table.size()),
+                std::max(BlocksFor(g, total), window ? 0 : FullBlocks(g, cached)));
       // The reused rows must end on a block boundary: a shared block is never written again.
-      ASSERT_EQ((cached / groups_[g].entry_rate) % RowsPerBlock(g), 0) << "group " << g;
-      const int64_t full = cached / groups_[g].entry_rate / RowsPerBlock(g);
+      ASSERT_EQ((upto / groups_[g].entry_rate) % RowsPerBlock(g), 0) << "group " << g;
+      const int64_t full = FullBlocks(g, upto);
       const int64_t gbs = groups_[g].block_size;
       for (int64_t i = 0; i < full; ++i) {
         const BlockId b = table[static_cast<size_t>(i)];
-        if (i < Dead(g, cached)) {
+        if (i < Dead(g, cached) || (window && start < cached)) {
           ASSERT_EQ(b, kNullBlock) << "group " << g << ": slot " << i << " behind the window";
           continue;
         }
@@ -243,7 +270,9 @@ class Stress {
     TakeFresh(id, reused);
     r.running = true;
     r.allocated = total;
-    r.computed = cached;
+    r.cached = cached;
+    r.start = start;
+    r.computed = start;
     Compute(id, r, total, cov);
   }
 
@@ -271,7 +300,8 @@ class Stress {
       SimRequest& v = reqs_.at(victim);
       kv_.Free(victim);
       v.running = false;
-      v.computed = v.allocated = v.matched = 0;
+      v.computed = v.allocated = v.cached = v.start = 0;
+      v.matched = {};
       return;
     }
     TakeFresh(id, old_size);
@@ -297,10 +327,12 @@ class Stress {
       SimRequest& r = reqs_.at(id);
       r.matched = kv_.Match(Prompt(r), r.salt);
       const int64_t bs = spec_.block_size;
-      ASSERT_EQ(r.matched % bs, 0);
-      ASSERT_LE(r.matched, std::max<int64_t>(0, r.prompt_len - 1));
+      ASSERT_EQ(r.matched.num_cached_tokens % bs, 0);
+      ASSERT_EQ(r.matched.replay_start % bs, 0);
+      ASSERT_LE(r.matched.replay_start, r.matched.num_cached_tokens);
+      ASSERT_LE(r.matched.num_cached_tokens, std::max<int64_t>(0, r.prompt_len - 1));
       if (!spec_.enable_prefix_caching) {
-        ASSERT_EQ(r.matched, 0);
+        ASSERT_EQ(r.matched.num_cached_tokens, 0);
       }
     } else if (dice < 85) {
       const RequestId id = Pick(true);
@@ -368,21 +400,26 @@ TEST(KvCacheManagerStress, SeveralGroupsKeepInvariants) {
   for (int64_t block_size : {2, 4}) {
     for (int64_t num_blocks : {5, 9, 17}) {
       for (int64_t window : {0, 3, 9}) {
-        for (bool caching : {true, false}) {
-          KvCacheSpec spec;
-          spec.num_blocks = num_blocks;
-          spec.block_size = block_size;
-          spec.sliding_window = window;
-          spec.enable_prefix_caching = caching;
-          // Rate 2 in blocks of 2 * block_size tokens (so a prefix of whole window blocks may end
-          // a rate-2 block half way); rate 8 in blocks of 8 tokens (one row).
-          spec.extra_groups.push_back({num_blocks, 2 * block_size, 0, 2});
-          spec.extra_groups.push_back({num_blocks, 8, 0, 8});
-          SCOPED_TRACE(fmt::format("block_size {} num_blocks {} window {} caching {} seed {}",
-                                   block_size, num_blocks, window, caching, seed));
-          Stress stress(spec, seed++);
-          stress.Run(2000, cov);
-          if (HasFatalFailure()) return;
+        for (int64_t replay : {0, 6}) {
+          for (bool caching : {true, false}) {
+            if (window == 0 && replay > 0) continue;
+            KvCacheSpec spec;
+            spec.num_blocks = num_blocks;
+            spec.block_size = block_size;
+            spec.sliding_window = window;
+            spec.enable_prefix_caching = caching;
+            spec.replay_tokens = replay;
+            // Rate 2 in blocks of 2 * block_size tokens (so a prefix of whole window blocks may end
+            // a rate-2 block half way); rate 8 in blocks of 8 tokens (one row).
+            spec.extra_groups.push_back({num_blocks, 2 * block_size, 0, 2});
+            spec.extra_groups.push_back({num_blocks, 8, 0, 8});
+            SCOPED_TRACE(
+                fmt::format("block_size {} num_blocks {} window {} replay {} caching {} seed {}",
+                            block_size, num_blocks, window, replay, caching, seed));
+            Stress stress(spec, seed++);
+            stress.Run(2000, cov);
+            if (HasFatalFailure()) return;
+          }
         }
       }
     }
@@ -391,6 +428,8 @@ TEST(KvCacheManagerStress, SeveralGroupsKeepInvariants) {
   EXPECT_GT(cov.refused, 100);
   EXPECT_GT(cov.released, 100);
   EXPECT_GT(cov.finished, 100);
+  EXPECT_GT(cov.replays, 100);
+  RecordProperty("replays", std::to_string(cov.replays));
 }
 
 }  // namespace

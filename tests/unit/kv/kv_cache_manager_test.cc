@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -216,9 +218,9 @@ TEST(KvCacheManager, MatchLeavesOneTokenAndDuplicatesStayPrivate) {
       {Op::kFree, 2, 0, kAny, {6, 2, 0}},
       {Op::kMatch, 2, 0, 4, {6, 2, 0}},
   });
-  EXPECT_EQ(t.kv().Match(Seq(0, 9), 0), 8);
-  EXPECT_EQ(t.kv().Match(Seq(0, 1), 0), 0);
-  EXPECT_EQ(t.kv().Match({}, 0), 0);
+  EXPECT_EQ(t.kv().Match(Seq(0, 9), 0).num_cached_tokens, 8);
+  EXPECT_EQ(t.kv().Match(Seq(0, 1), 0).num_cached_tokens, 0);
+  EXPECT_EQ(t.kv().Match({}, 0).num_cached_tokens, 0);
 }
 
 // Two running requests share a committed prefix: the shared blocks count once in in_use and stay
@@ -261,8 +263,8 @@ TEST(KvCacheManager, ParallelSamplingSharesThePrompt) {
       {Op::kFree, 2, 0, kAny, {4, 4, 0}},
   });
   // Both continuations are cached under their own third block.
-  EXPECT_EQ(t.kv().Match(Concat(prompt, Seq(200, 3)), 0), 12);
-  EXPECT_EQ(t.kv().Match(Concat(prompt, Seq(300, 3)), 0), 12);
+  EXPECT_EQ(t.kv().Match(Concat(prompt, Seq(200, 3)), 0).num_cached_tokens, 12);
+  EXPECT_EQ(t.kv().Match(Concat(prompt, Seq(300, 3)), 0).num_cached_tokens, 12);
 }
 
 // Window 8, blocks of 4: after computing up to position p - 1, keys <= p - 8 are dead.
@@ -353,7 +355,7 @@ TEST(KvCacheManager, BlocksNeededCountsCachedReuse) {
   ASSERT_TRUE(kv.Allocate(1, 9, a));
   kv.CommitComputed(1, a, 9);
   kv.Free(1);  // blocks 1, 2 cached; 3, 4 free
-  ASSERT_EQ(kv.Match(a, 0), 8);
+  ASSERT_EQ(kv.Match(a, 0).num_cached_tokens, 8);
   EXPECT_EQ(kv.BlocksNeeded(2, 9, 8, a, 0), 3);
   EXPECT_EQ(kv.BlocksNeeded(2, 9, 8), 1);
   EXPECT_EQ(kv.BlocksNeeded(2, 9, 8, Seq(100, 9), 0), 3);  // a different prompt: no reuse
@@ -415,7 +417,7 @@ TEST(KvCacheManager, MatchOnLongPromptIsFast) {
   const auto start = std::chrono::steady_clock::now();
   int64_t hits = 0;
   constexpr int kCalls = 2000;
-  for (int i = 0; i < kCalls; ++i) hits += kv.Match(prompt, 0);
+  for (int i = 0; i < kCalls; ++i) hits += kv.Match(prompt, 0).num_cached_tokens;
   const double us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(hits, int64_t{kCalls} * 4080);
@@ -474,12 +476,12 @@ TEST(KvCacheManager, GroupsHitWhereEveryGroupHasThePrefix) {
   kv.Free(1);
   ASSERT_TRUE(kv.CheckInvariants().ok());
   // The whole prefix: window blocks 4 and 5, rate-2 blocks 0..2, rate-8 blocks 0..2.
-  EXPECT_EQ(kv.Match(Seq(0, 30), 0), 24);
-  EXPECT_EQ(kv.Match(Seq(0, 25), 0), 24);
+  EXPECT_EQ(kv.Match(Seq(0, 30), 0).num_cached_tokens, 24);
+  EXPECT_EQ(kv.Match(Seq(0, 25), 0).num_cached_tokens, 24);
   // Tokens 0..19 agree: 20 tokens would end a rate-2 block half way (10 of 12 rows), so 16
   // tokens hit.
   const auto b = Concat(Seq(0, 20), Seq(100, 10));
-  EXPECT_EQ(kv.Match(b, 0), 16);
+  EXPECT_EQ(kv.Match(b, 0).num_cached_tokens, 16);
   ASSERT_TRUE(kv.Allocate(2, 30, b, 0, 16));
   EXPECT_EQ(kv.NumCachedTokens(2), 16);
   // From 16 the window reads 9..: window blocks 0 and 1 are not needed.
@@ -491,7 +493,7 @@ TEST(KvCacheManager, GroupsHitWhereEveryGroupHasThePrefix) {
   EXPECT_EQ(Table(kv, 2, 2).size(), 3u);
   EXPECT_TRUE(kv.CheckInvariants().ok());
   // Another salt shares nothing.
-  EXPECT_EQ(kv.Match(Seq(0, 30), 1), 0);
+  EXPECT_EQ(kv.Match(Seq(0, 30), 1).num_cached_tokens, 0);
 }
 
 TEST(KvCacheManager, GroupsMissWhenACompressedBlockWasEvicted) {
@@ -502,10 +504,10 @@ TEST(KvCacheManager, GroupsMissWhenACompressedBlockWasEvicted) {
   ASSERT_TRUE(kv.Allocate(1, 24, a, 0, 0));
   kv.CommitComputed(1, a, 24);
   kv.Free(1);
-  EXPECT_EQ(kv.Match(Seq(0, 30), 0), 24);
+  EXPECT_EQ(kv.Match(Seq(0, 30), 0).num_cached_tokens, 24);
   // Another request takes every rate-8 block: the cached ones are evicted.
   ASSERT_TRUE(kv.Allocate(2, 24, c, 0, 0));
-  EXPECT_EQ(kv.Match(Seq(0, 30), 0), 0);
+  EXPECT_EQ(kv.Match(Seq(0, 30), 0).num_cached_tokens, 0);
   EXPECT_TRUE(kv.CheckInvariants().ok());
 }
 
@@ -529,6 +531,173 @@ TEST(KvCacheManager, WindowBlocksStayBoundedAsASequenceGrows) {
   EXPECT_LE(most, 3);
   EXPECT_EQ(kv.GroupStats(1).in_use, 25);  // 100 rows of rate 2
   EXPECT_EQ(kv.GroupStats(2).in_use, 25);  // 25 rows of rate 8
+}
+
+// SWA bounded replay (KvCacheSpec::replay_tokens): the window group (window 8, blocks of 4) holds
+// 6 blocks, the compressed groups (rates 2 and 8, blocks of 8 tokens) 10 each.
+KvCacheSpec ReplaySpec(int64_t replay_tokens) {
+  KvCacheSpec spec = ThreeGroups(11);
+  spec.num_blocks = 7;
+  spec.replay_tokens = replay_tokens;
+  return spec;
+}
+
+// Computes `tokens` [from, to) in chunks of 4 as the scheduler does: allocate, commit, release.
+void Compute(KvCacheManager& kv, RequestId id, std::span<const int32_t> tokens, int64_t from,
+             int64_t to) {
+  for (int64_t n = from; n < to;) {
+    n = std::min(to, n + 4);
+    ASSERT_TRUE(kv.Allocate(id, n)) << n;
+    kv.CommitComputed(id, tokens, n);
+    kv.ReleaseOutsideWindow(id, n);
+    ASSERT_TRUE(kv.CheckInvariants().ok()) << kv.CheckInvariants().ToString();
+  }
+}
+
+// Request 1 computes the first 40 tokens of `a`; then another request takes every window block,
+// evicting the cached ones, while the compressed groups keep the prefix.
+void CachePrefixWithoutItsWindow(KvCacheManager& kv, std::span<const int32_t> a) {
+  ASSERT_TRUE(kv.Allocate(1, 4, a, 0, 0));
+  Compute(kv, 1, a, 4, 40);
+  kv.Free(1);
+  ASSERT_EQ(kv.GroupStats(0).cached, 6);
+  ASSERT_TRUE(kv.Allocate(9, 24, Seq(500, 30), 0, 0));
+  ASSERT_EQ(kv.GroupStats(0).cached, 0);
+  kv.Free(9);
+  ASSERT_EQ(kv.GroupStats(1).cached, 5);
+  ASSERT_EQ(kv.GroupStats(2).cached, 5);
+}
+
+TEST(KvCacheManager, ReplayHitRebuildsTheMissingWindow) {
+  KvCacheManager kv(ReplaySpec(10));
+  const auto a = Seq(0, 48);
+  CachePrefixWithoutItsWindow(kv, a);
+  // Without replay nothing hits: every window block the prefix needs is gone.
+  KvCacheSpec plain_spec = ReplaySpec(0);
+  KvCacheManager plain(plain_spec);
+  CachePrefixWithoutItsWindow(plain, a);
+  EXPECT_EQ(plain.Match(a, 0), (PrefixHit{0, 0}));
+  // With it, the compressed groups' 40 tokens hit and the window is rebuilt from 40 - 10,
+  // rounded down to a window block: 28.
+  const PrefixHit hit = kv.Match(a, 0);
+  EXPECT_EQ(hit, (PrefixHit{40, 28}));
+  EXPECT_EQ(hit.num_replay_tokens(), 12);
+  // Fresh window blocks from position 28 on (2 for 28 + 8 tokens); the compressed groups reuse
+  // their 5 cached blocks each.
+  EXPECT_EQ(kv.BlocksNeeded(2, 36, 40, a, 0, 0), 2);
+  EXPECT_EQ(kv.BlocksNeeded(2, 36, 40, a, 0, 1), 5);
+  EXPECT_EQ(kv.BlocksNeeded(2, 36, 40, a, 0, 2), 5);
+  const KvCacheStats before = kv.Stats();
+  ASSERT_TRUE(kv.Allocate(2, 36, a, 0, hit.num_cached_tokens));
+  EXPECT_EQ(kv.NumCachedTokens(2), 40);
+  EXPECT_EQ(kv.ReplayStart(2), 28);
+  const auto w = Table(kv, 2, 0);
+  ASSERT_EQ(w.size(), 9u);
+  for (size_t i = 0; i < 7; ++i) EXPECT_EQ(w[i], kNullBlock) << i;
+  EXPECT_NE(w[7], kNullBlock);
+  EXPECT_NE(w[8], kNullBlock);
+  // The compressed tables hold the hit's 40 tokens although only 36 were asked for.
+  EXPECT_EQ(Table(kv, 2, 1).size(), 5u);
+  EXPECT_EQ(Table(kv, 2, 2).size(), 5u);
+  EXPECT_EQ(kv.GroupStats(1).in_use, 5);
+  const KvCacheStats after = kv.Stats();
+  EXPECT_EQ(after.prefix_queries - before.prefix_queries, 48);
+  EXPECT_EQ(after.prefix_hits - before.prefix_hits, 40);
+  EXPECT_EQ(after.prefix_replayed - before.prefix_replayed, 12);
+  ASSERT_TRUE(kv.CheckInvariants().ok()) << kv.CheckInvariants().ToString();
+  // The replay and the rest of the prompt: the rebuilt window blocks are published as computed,
+  // so the next request with the prefix hits without a replay.
+  kv.CommitComputed(2, a, 36);
+  kv.ReleaseOutsideWindow(2, 36);
+  Compute(kv, 2, a, 36, 47);
+  kv.Free(2);
+  EXPECT_EQ(kv.Match(a, 0), (PrefixHit{40, 40}));
+  EXPECT_TRUE(kv.CheckInvariants().ok());
+}
+
+// A replay is taken only when it computes fewer tokens than the longest plain hit.
+TEST(KvCacheManager, ReplayOnlyWhenItSavesWork) {
+  const auto a = Seq(0, 48);
+  // A second prompt shares a's first 16 tokens: computed after the eviction, its window blocks
+  // make a plain hit of 16 tokens for a.
+  const auto d = Concat(Seq(0, 16), Seq(700, 8));
+  for (const int64_t replay_tokens : {10, 28, 40}) {
+    SCOPED_TRACE(replay_tokens);
+    KvCacheManager kv(ReplaySpec(replay_tokens));
+    CachePrefixWithoutItsWindow(kv, a);
+    ASSERT_TRUE(kv.Allocate(3, 4, d, 0, 0));
+    Compute(kv, 3, d, 4, 24);
+    kv.Free(3);
+    const PrefixHit hit = kv.Match(a, 0);
+    if (replay_tokens == 10) {
+      EXPECT_EQ(hit, (PrefixHit{40, 28}));  // 28 > 16
+    } else {
+      EXPECT_EQ(hit, (PrefixHit{16, 16}));  // 40 - 28 = 12 < 16; 40 - 40 = 0
+    }
+    ASSERT_TRUE(kv.Allocate(2, hit.replay_start + 4, a, 0, hit.num_cached_tokens));
+    EXPECT_EQ(kv.NumCachedTokens(2), hit.num_cached_tokens);
+    EXPECT_EQ(kv.ReplayStart(2), hit.replay_start);
+    EXPECT_TRUE(kv.CheckInvariants().ok());
+  }
+}
+
+// A spec whose only group is a sliding window has nothing cached to anchor a hit: no replay.
+TEST(KvCacheManager, WindowOnlySpecNeverReplays) {
+  KvCacheSpec spec = Spec(8, 4, /*sliding_window=*/8);
+  spec.replay_tokens = 8;
+  KvCacheManager kv(spec);
+  EXPECT_EQ(kv.Match(Seq(0, 40), 0), (PrefixHit{0, 0}));
+  ASSERT_TRUE(kv.Allocate(1, 8, Seq(0, 40), 0, 32));
+  EXPECT_EQ(kv.ReplayStart(1), 0);
+  EXPECT_EQ(kv.NumCachedTokens(1), 0);
+}
+
+// Blocks evicted between Match and Allocate: Allocate re-checks and takes the shorter replay.
+TEST(KvCacheManager, ReplayHitShrinksWhenCompressedBlocksAreEvictedAfterMatch) {
+  KvCacheManager kv(ReplaySpec(10));
+  const auto a = Seq(0, 48), e = Seq(900, 60);
+  CachePrefixWithoutItsWindow(kv, a);
+  const PrefixHit hit = kv.Match(a, 0);
+  ASSERT_EQ(hit, (PrefixHit{40, 28}));
+  // Another request needs 6 blocks of each compressed group (48 tokens): 5 are free, so the
+  // cached prefix's last block (positions 32..39; the LRU evicts a request's tail first) goes.
+  ASSERT_TRUE(kv.Allocate(4, 4, e, 0, 0));
+  for (int64_t n = 8; n <= 48; n += 4) {
+    ASSERT_TRUE(kv.Allocate(4, n));
+    kv.ReleaseOutsideWindow(4, n);
+  }
+  EXPECT_EQ(kv.GroupStats(2).cached, 4);
+  // The stale Match result: 32 tokens hit, replayed from 32 - 10 rounded down to 20.
+  ASSERT_TRUE(kv.Allocate(2, hit.replay_start + 4, a, 0, hit.num_cached_tokens));
+  EXPECT_EQ(kv.NumCachedTokens(2), 32);
+  EXPECT_EQ(kv.ReplayStart(2), 20);
+  EXPECT_EQ(Table(kv, 2, 0).size(), 8u);  // 5 released slots, then blocks for positions 20..31
+  EXPECT_EQ(Table(kv, 2, 2).size(), 4u);
+  EXPECT_EQ(kv.Stats().prefix_replayed, 12);
+  EXPECT_TRUE(kv.CheckInvariants().ok()) << kv.CheckInvariants().ToString();
+}
+
+// A replay that does not fit is refused whole: no table, no stats, nothing referenced.
+TEST(KvCacheManager, RefusedReplayChangesNothing) {
+  KvCacheManager kv(ReplaySpec(10));
+  const auto a = Seq(0, 48);
+  CachePrefixWithoutItsWindow(kv, a);
+  ASSERT_TRUE(kv.Allocate(5, 20, Seq(300, 30), 0, 0));  // 5 of the 6 window blocks
+  const PrefixHit hit = kv.Match(a, 0);
+  ASSERT_EQ(hit, (PrefixHit{40, 28}));
+  const KvCacheStats before = kv.Stats();
+  EXPECT_FALSE(kv.CanAllocate(2, 36, hit.num_cached_tokens, a, 0));
+  EXPECT_FALSE(kv.Allocate(2, 36, a, 0, hit.num_cached_tokens));
+  EXPECT_TRUE(Table(kv, 2, 1).empty());
+  const KvCacheStats after = kv.Stats();
+  EXPECT_EQ(after.in_use, before.in_use);
+  EXPECT_EQ(after.cached, before.cached);
+  EXPECT_EQ(after.prefix_hits, before.prefix_hits);
+  EXPECT_EQ(after.prefix_replayed, before.prefix_replayed);
+  // One window block is enough for a chunk that stays inside it.
+  ASSERT_TRUE(kv.Allocate(2, 32, a, 0, hit.num_cached_tokens));
+  EXPECT_EQ(kv.ReplayStart(2), 28);
+  EXPECT_TRUE(kv.CheckInvariants().ok()) << kv.CheckInvariants().ToString();
 }
 
 }  // namespace

@@ -130,7 +130,7 @@ class TableRunner {
     const std::span<const int32_t> prompt(r.tokens.data(), static_cast<size_t>(r.prompt_len));
     switch (row.op) {
       case Op::kMatch: {
-        const int64_t got = kv_.Match(prompt, r.salt);
+        const int64_t got = kv_.Match(prompt, r.salt).num_cached_tokens;
         matched_[r.id] = got;
         if (row.want != kAny) {
           EXPECT_EQ(got, row.want) << "Match result";

@@ -36,6 +36,7 @@ class Harness {
  public:
   Harness(int64_t num_blocks, int64_t block_size, SchedulerConfig cfg = {})
       : kv_(kv::KvCacheSpec{num_blocks, block_size, 0, true}), sched_(cfg, kv_) {}
+  Harness(const kv::KvCacheSpec& spec, SchedulerConfig cfg) : kv_(spec), sched_(cfg, kv_) {}
 
   // Runs one step: checks the plan against `e`, then completes it, sampling token 7 for every
   // chunk that samples.
@@ -136,6 +137,60 @@ TEST(Scheduler, PrefixCacheSkipsCachedBlocks) {
   ASSERT_TRUE(h.sched_.Add(Req(2, 10, 1)).ok());  // same prompt
   STEP(h, {{{2, 8, 2, true}}, {}, 0, 0});
   EXPECT_EQ(h.kv_.Stats().prefix_hits, 8);
+}
+
+// SWA bounded replay: a window group (window 8, blocks of 4, 6 blocks) next to a compressed one
+// (rate 2, blocks of 8), and a replay bound of 10 tokens. Request 2 shares request 1's first 40
+// tokens, whose window blocks request 3 evicted: it hits 40 tokens, computes from 28, and its
+// chunks say which positions replay; the one that crosses the hit computes the rest normally.
+TEST(Scheduler, ReplayHitComputesFromTheReplayStart) {
+  kv::KvCacheSpec spec{7, 4, 8, true, {{21, 8, 0, 2}}};
+  spec.replay_tokens = 10;
+  SchedulerConfig cfg;
+  cfg.max_num_batched_tokens = 8;
+  Harness h(spec, cfg);
+  auto run = [&](RequestId id) {
+    while (h.sched_.HasWork()) {
+      StepPlan plan = h.sched_.Schedule();
+      for (const ScheduledChunk& c : plan.chunks) EXPECT_EQ(c.replay_end, 0);
+      std::vector<int32_t> sampled;
+      for (const auto& c : plan.chunks) {
+        if (c.sample) sampled.push_back(7);
+      }
+      h.sched_.ResolveSamples(plan, sampled);
+      h.sched_.OnStepDone(plan);
+    }
+    EXPECT_EQ(h.sched_.Find(id)->state, RequestState::kFinished);
+  };
+  ASSERT_TRUE(h.sched_.Add(Req(1, 44, 1)).ok());
+  run(1);
+  ASSERT_TRUE(h.sched_.Add(Req(3, 44, 1, 0, 900)).ok());
+  run(3);
+  ASSERT_EQ(h.kv_.GroupStats(1).cached, 10);  // 5 blocks of each prompt
+  SchedRequest second = Req(2, 40, 1);
+  for (int32_t t : Tokens(4, 500)) second.tokens.push_back(t);
+  ASSERT_TRUE(h.sched_.Add(std::move(second)).ok());
+  StepPlan plan = h.sched_.Schedule();
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].start_pos, 28);  // 40 - 10, in whole window blocks
+  EXPECT_EQ(plan.chunks[0].num_tokens, 8);
+  EXPECT_EQ(plan.chunks[0].replay_end, 40);
+  EXPECT_FALSE(plan.chunks[0].sample);
+  EXPECT_EQ(h.sched_.Find(2)->num_cached_tokens, 40);
+  EXPECT_EQ(h.sched_.Find(2)->num_replay_tokens, 12);
+  h.sched_.OnStepDone(plan);
+  plan = h.sched_.Schedule();
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].start_pos, 36);
+  EXPECT_EQ(plan.chunks[0].num_tokens, 8);
+  EXPECT_EQ(plan.chunks[0].replay_end, 40);  // positions 36..39 replay, 40..43 do not
+  EXPECT_TRUE(plan.chunks[0].sample);
+  h.sched_.ResolveSamples(plan, std::vector<int32_t>{7});
+  h.sched_.OnStepDone(plan);
+  EXPECT_EQ(h.sched_.Find(2)->state, RequestState::kFinished);
+  EXPECT_EQ(h.kv_.Stats().prefix_hits, 40);
+  EXPECT_EQ(h.kv_.Stats().prefix_replayed, 12);
+  EXPECT_TRUE(h.kv_.CheckInvariants().ok());
 }
 
 TEST(Scheduler, AbortFreesEverything) {
