@@ -37,6 +37,7 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readwrite("max_num_batched_tokens", &dinfer::EngineOptions::max_num_batched_tokens)
       .def_readwrite("max_model_len", &dinfer::EngineOptions::max_model_len)
       .def_readwrite("enable_prefix_caching", &dinfer::EngineOptions::enable_prefix_caching)
+      .def_readwrite("swa_replay_tokens", &dinfer::EngineOptions::swa_replay_tokens)
       .def_readwrite("f32_activations", &dinfer::EngineOptions::f32_activations)
       .def_readwrite("step_time_budget_ms", &dinfer::EngineOptions::step_time_budget_ms)
       .def_readwrite("cost_profile", &dinfer::EngineOptions::cost_profile)

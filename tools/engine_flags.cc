@@ -33,6 +33,12 @@ void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
         ->capture_default_str();
     cmd.add_flag_callback(
         "--no-prefix-cache", [&o] { o.enable_prefix_caching = false; }, "disable prefix caching");
+    cmd.add_option("--swa-replay-tokens", o.swa_replay_tokens,
+                   "DeepSeek-V4 prefix hits whose window KV is gone recompute this many tokens "
+                   "before the hit (0 = the exact bound; fewer, e.g. DeepInfer's 140, "
+                   "approximate the window)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
   }
   if (sets & kBatchingFlags) {
     cmd.add_option("--max-batched-tokens", o.max_num_batched_tokens,

@@ -25,6 +25,13 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 2048;  // tokens per step (at most 32,768)
   int64_t max_model_len = 0;  // prompt + output tokens per request (0: the model's context)
   bool enable_prefix_caching = true;
+  // SWA bounded replay (DeepSeek-V4): a prefix hit whose sliding-window KV is gone recomputes
+  // this many tokens before the hit to rebuild the window. 0: the model's exact bound (the
+  // window's receptive field through every layer, 5,588 tokens for V4-Flash), so results equal a
+  // full recompute; N > 0: N tokens (DeepInfer replays the last window plus some backtracking
+  // tokens, 140): less to recompute, but below the exact bound the rebuilt window keys of the
+  // deeper layers only approximate those of a full recompute.
+  int64_t swa_replay_tokens = 0;
   // Time budget per step (0: off): prompt chunks are cut so that a step's time, predicted by a
   // cost model fitted to this model at start-up, stays within it; decodes always run.
   double step_time_budget_ms = 0.0;

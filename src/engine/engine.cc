@@ -111,6 +111,7 @@ class EngineImpl final : public Engine {
     c.block_size = o.block_size;
     c.kv_cache_bytes = o.kv_cache_mib << 20;
     c.enable_prefix_caching = o.enable_prefix_caching;
+    c.swa_replay_tokens = o.swa_replay_tokens;
     c.f32_activations = o.f32_activations;
     c.scheduler.step_time_budget_s = o.step_time_budget_ms / 1e3;
     c.cost_profile = o.cost_profile;
@@ -380,6 +381,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
     return InvalidArgument("an FP8 KV cache needs the CUDA runner (--device cuda)");
   }
   DINFER_RETURN_IF_ERROR(ModelRunner::CheckQuantization(options.quantization, device));
+  if (options.swa_replay_tokens < 0) {
+    return InvalidArgument(
+        "swa_replay_tokens must be 0 (the model's exact bound) or positive, got {}",
+        options.swa_replay_tokens);
+  }
   if (!(options.kv_cache_scale > 0.0)) {
     return InvalidArgument("kv_cache_scale must be positive, got {}", options.kv_cache_scale);
   }

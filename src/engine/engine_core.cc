@@ -97,7 +97,10 @@ kv::KvCacheSpec MakeSpec(const Model& model, const EngineConfig& c) {
   spec.sliding_window = specs[0].sliding_window;
   spec.enable_prefix_caching = c.enable_prefix_caching;
   spec.extra_groups.assign(specs.begin() + 1, specs.end());
-  spec.replay_tokens = model.WindowReplayTokens();
+  // Models whose cached prefixes can outlive their window replay (R > 0); the option shortens
+  // or lengthens that replay.
+  const int64_t exact = model.WindowReplayTokens();
+  spec.replay_tokens = exact > 0 && c.swa_replay_tokens > 0 ? c.swa_replay_tokens : exact;
   return spec;
 }
 

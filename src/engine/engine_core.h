@@ -31,6 +31,8 @@ struct EngineConfig {
   int64_t num_kv_blocks = 0;  // 0: from kv_cache_bytes
   int64_t kv_cache_bytes = 512ll << 20;
   bool enable_prefix_caching = true;
+  // Tokens SWA bounded replay recomputes (0: Model::WindowReplayTokens, the exact bound).
+  int64_t swa_replay_tokens = 0;
   int threads = 0;  // CPU threads (0: all cores)
   bool f32_activations = false;
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;  // KV storage (RunnerOptions)

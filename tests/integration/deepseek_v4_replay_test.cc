@@ -219,6 +219,17 @@ TEST(DeepseekV4ReplayTest, EngineGreedyTokensWithReplayMatchNoCache) {
     EXPECT_EQ(kv.prefix_replayed, t - s);
     EXPECT_EQ(computed, static_cast<int64_t>(second.size()) - s);
     EXPECT_LT(computed, static_cast<int64_t>(second.size()));
+
+    // A shorter replay (DeepInfer-style, below the exact bound): fewer tokens recomputed; the
+    // output is an approximation, so only its length is checked.
+    EngineConfig shorter = cfg;
+    shorter.swa_replay_tokens = 40;
+    EngineCore core_short(*lm->model, shorter);
+    run(core_short, 1, first);
+    EXPECT_EQ(run(core_short, 2, second).size(), 12u);
+    const int64_t s_short = (t - 40) / block_size * block_size;
+    EXPECT_EQ(core_short.Stats().kv.prefix_hits, t);
+    EXPECT_EQ(core_short.Stats().kv.prefix_replayed, t - s_short);
   }
 }
 
