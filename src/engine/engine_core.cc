@@ -70,12 +70,16 @@ kv::KvCacheSpec MakeSpec(const Model& model, const EngineConfig& c) {
     for (size_t g = 0; g < specs.size(); ++g) all += per_token(g);
     std::vector<bool> capped(specs.size(), false);
     // Tokens a window group can hold at once: every sequence's window and a block either side,
-    // plus a step's chunks (blocks are released after the step that passed them).
+    // plus a step's chunks (blocks are released after the step that passed them) — two steps'
+    // with asynchronous scheduling, which plans the next step while the last one still holds
+    // its blocks — and the drafts of speculative decoding.
+    const int64_t steps_held = c.async_scheduling ? 2 : 1;
     for (size_t g = 0; g < specs.size(); ++g) {
       const kv::KvGroupSpec& s = specs[g];
       if (s.sliding_window == 0) continue;
-      const int64_t cap = c.scheduler.max_num_seqs * (s.sliding_window + 2 * s.block_size) +
-                          c.scheduler.max_num_batched_tokens;
+      const int64_t cap = c.scheduler.max_num_seqs *
+                              (s.sliding_window + 2 * s.block_size + c.num_speculative_tokens) +
+                          steps_held * c.scheduler.max_num_batched_tokens;
       if (bytes / all > static_cast<double>(cap)) {
         specs[g].num_blocks = (cap + s.block_size - 1) / s.block_size + 1;
         bytes -= static_cast<double>(specs[g].num_blocks * per_block[g]);

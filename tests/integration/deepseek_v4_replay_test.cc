@@ -172,7 +172,8 @@ TEST(DeepseekV4ReplayTest, EngineGreedyTokensWithReplayMatchNoCache) {
   for (const int64_t block_size : {16, 4}) {
     SCOPED_TRACE(fmt::format("block size {}", block_size));
     const std::vector<int32_t> p = RandomTokens(7, 164);
-    const std::vector<int32_t> first = Concat(p, RandomTokens(8, 120));
+    // Long enough that its window blocks cycle through the window group and evict those of p.
+    const std::vector<int32_t> first = Concat(p, RandomTokens(8, 400));
     const std::vector<int32_t> second = Concat(p, RandomTokens(9, 30));
     RequestOptions greedy;
     greedy.sampling.temperature = 0.0;
@@ -199,7 +200,7 @@ TEST(DeepseekV4ReplayTest, EngineGreedyTokensWithReplayMatchNoCache) {
     cfg.block_size = block_size;
     cfg.kv_cache_dtype = KvCacheDType::kF32;
     cfg.kv_cache_bytes = 64ll << 20;
-    cfg.scheduler.max_num_seqs = 2;  // the window group holds 2 * (16 + 2 blocks) + 32 tokens
+    cfg.scheduler.max_num_seqs = 2;
     cfg.scheduler.max_num_batched_tokens = 32;
     EngineConfig no_cache = cfg;
     no_cache.enable_prefix_caching = false;
@@ -230,6 +231,44 @@ TEST(DeepseekV4ReplayTest, EngineGreedyTokensWithReplayMatchNoCache) {
     const int64_t s_short = (t - 40) / block_size * block_size;
     EXPECT_EQ(core_short.Stats().kv.prefix_hits, t);
     EXPECT_EQ(core_short.Stats().kv.prefix_replayed, t - s_short);
+  }
+}
+
+}  // namespace
+}  // namespace dinfer
+
+namespace dinfer {
+namespace {
+
+// The window groups' share of the KV memory holds what one step needs even when the next step is
+// planned while it runs (asynchronous scheduling keeps the running step's blocks): a single
+// sequence with small blocks and full chunks finishes instead of preempting itself forever.
+TEST(DeepseekV4ReplayTest, OneSequenceWithSmallBlocksFinishes) {
+  auto lm = LoadModel(Dir(), LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  for (const bool async : {true, false}) {
+    SCOPED_TRACE(fmt::format("async {}", async));
+    EngineConfig cfg;
+    cfg.threads = 2;
+    cfg.block_size = 4;
+    cfg.kv_cache_dtype = KvCacheDType::kF32;
+    cfg.kv_cache_bytes = 64ll << 20;
+    cfg.async_scheduling = async;
+    cfg.scheduler.max_num_seqs = 1;
+    cfg.scheduler.max_num_batched_tokens = 32;
+    EngineCore core(*lm->model, cfg);
+    RequestOptions greedy;
+    greedy.sampling.temperature = 0.0;
+    greedy.max_tokens = 8;
+    greedy.ignore_eos = true;
+    ASSERT_TRUE(core.AddRequest(1, RandomTokens(3, 150), greedy).ok());
+    size_t tokens = 0;
+    for (int steps = 0; core.HasWork(); ++steps) {
+      ASSERT_LT(steps, 200) << "no progress";
+      for (const TokenDelta& d : core.Step()) tokens += d.tokens.size();
+    }
+    EXPECT_EQ(tokens, 8u);
+    EXPECT_EQ(core.Stats().preemptions, 0);
   }
 }
 
