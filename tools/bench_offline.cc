@@ -167,6 +167,13 @@ int RunBenchOffline(const BenchOfflineArgs& a) {
                 100.0 * static_cast<double>(stats.accepted_draft_tokens) /
                     static_cast<double>(stats.draft_tokens));
   }
+  if (stats.low_confidence_drafts + stats.paused_drafts > 0) {
+    std::printf(
+        "speculative decoding: drafts not proposed: %lld of low confidence, %lld of "
+        "requests with low acceptance\n",
+        static_cast<long long>(stats.low_confidence_drafts),
+        static_cast<long long>(stats.paused_drafts));
+  }
   if (!a.json.empty()) {
     boost::json::object out{{"engine", "dinfer"},
                             {"model", a.engine.model},
@@ -188,7 +195,9 @@ int RunBenchOffline(const BenchOfflineArgs& a) {
                             {"prefix_replay_tokens", stats.prefix_replay_tokens},
                             {"preemptions", stats.preemptions},
                             {"draft_tokens", stats.draft_tokens},
-                            {"accepted_draft_tokens", stats.accepted_draft_tokens}};
+                            {"accepted_draft_tokens", stats.accepted_draft_tokens},
+                            {"low_confidence_drafts", stats.low_confidence_drafts},
+                            {"paused_drafts", stats.paused_drafts}};
     std::ofstream f(a.json);
     f << boost::json::serialize(out) << "\n";
     if (!f) {

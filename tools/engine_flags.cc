@@ -52,6 +52,16 @@ void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
     cmd.add_option("--num-speculative-tokens", o.num_speculative_tokens,
                    "draft tokens per decode step from the model's MTP layer (0 = off, 1)")
         ->capture_default_str();
+    cmd.add_option("--speculative-min-confidence", o.speculative_min_confidence,
+                   "propose a draft only when the MTP layer's probability of it is at least this "
+                   "(0..1; 0 = every draft)")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    cmd.add_option("--speculative-min-acceptance", o.speculative_min_acceptance,
+                   "stop drafting for a request whose recent draft acceptance rate falls below "
+                   "this, probing once every 8 steps to resume (0..1; 0 = off)")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
   }
   if (sets & kServingFlags) {
     cmd.add_option("--max-num-seqs", o.max_num_seqs, "requests running at once at most")

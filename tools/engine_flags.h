@@ -13,7 +13,8 @@ enum EngineFlagSet : unsigned {
   kThreadFlags = 2,    // -t/--threads
   kCacheFlags = 4,     // --kv-cache-mib, --block-size, --no-prefix-cache
   kBatchingFlags = 8,  // --max-batched-tokens, --step-time-budget-ms, --cost-profile,
-                       // --num-speculative-tokens
+                       // --num-speculative-tokens, --speculative-min-confidence,
+                       // --speculative-min-acceptance
   kServingFlags = 16,  // --max-num-seqs, --max-model-len
   kAllEngineFlags = 31,
 };

@@ -57,6 +57,15 @@ struct EngineOptions {
   // penalties: outputs are token for token those without speculation), the others decode as
   // usual; the engine steps synchronously while it is on.
   int num_speculative_tokens = 0;
+  // Drafts scheduled by confidence. A draft costs the next step one more token (compute and KV)
+  // and gains one when accepted, so it is proposed only when the draft layer's probability of its
+  // token (its confidence, an estimate of the chance of acceptance) is at least
+  // speculative_min_confidence (0..1; 0: every draft, 1: only certain ones). With
+  // speculative_min_acceptance > 0 (0..1), a request whose recent acceptance rate (a moving
+  // average over its verified drafts, weight 1/4 on the newest) falls below it stops drafting,
+  // except for one probe every 8 steps, and resumes as soon as a probe is accepted.
+  double speculative_min_confidence = 0.0;
+  double speculative_min_acceptance = 0.0;
 };
 
 // Structured output: the generated text must follow a JSON Schema ("json_schema"), be any JSON
@@ -158,8 +167,11 @@ struct EngineStatsSnapshot {
   // Of the hits, tokens recomputed to rebuild sliding-window KV dropped from the cache (SWA
   // bounded replay: a hit of T tokens computes from T minus the model's window receptive field).
   int64_t prefix_replay_tokens = 0;
-  // Speculative decoding: draft tokens verified and accepted (acceptance rate = accepted / draft).
+  // Speculative decoding: draft tokens verified and accepted (acceptance rate = accepted / draft),
+  // and drafts not proposed: below speculative_min_confidence, or of a request whose acceptance
+  // fell below speculative_min_acceptance.
   int64_t draft_tokens = 0, accepted_draft_tokens = 0;
+  int64_t low_confidence_drafts = 0, paused_drafts = 0;
 };
 
 class Engine {

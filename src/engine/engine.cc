@@ -121,6 +121,8 @@ class EngineImpl final : public Engine {
         o.max_model_len > 0 ? o.max_model_len : lm_.config.max_position_embeddings;
     max_model_len_ = c.scheduler.max_model_len;
     c.num_speculative_tokens = o.num_speculative_tokens;
+    c.draft_policy.min_confidence = o.speculative_min_confidence;
+    c.draft_policy.min_acceptance = o.speculative_min_acceptance;
     core_ = std::make_unique<EngineCore>(*lm_.model, c);
     if (!core_->runner().status().ok()) return;  // Create reports it; no loop runs
     // Servers tokenize rendered chats on their own threads; long prompts spread over this pool.
@@ -340,6 +342,8 @@ class EngineImpl final : public Engine {
       stats_.prefix_replay_tokens = s.kv.prefix_replayed;
       stats_.draft_tokens = s.draft_tokens;
       stats_.accepted_draft_tokens = s.accepted_draft_tokens;
+      stats_.low_confidence_drafts = s.low_confidence_drafts;
+      stats_.paused_drafts = s.paused_drafts;
     }
     // Requests still open when the engine stops end as aborted.
     for (auto& [id, entry] : streams_) {
@@ -393,6 +397,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   EngineConfig check;
   check.device = device;
   check.num_speculative_tokens = options.num_speculative_tokens;
+  check.draft_policy.min_confidence = options.speculative_min_confidence;
+  check.draft_policy.min_acceptance = options.speculative_min_acceptance;
   DINFER_RETURN_IF_ERROR(EngineCore::CheckSpeculation(*lm.model, check));
   auto engine = std::make_unique<EngineImpl>(std::move(lm), options, device, kv_cache_dtype);
   if (!engine->runner_status().ok()) return engine->runner_status();

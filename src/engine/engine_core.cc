@@ -11,6 +11,7 @@
 #include "base/logging.h"
 #include "engine/cost_profile.h"
 #include "engine/device_sample.h"
+#include "sample/confidence.h"
 
 namespace dinfer {
 namespace {
@@ -165,7 +166,8 @@ EngineCore::EngineCore(Model& model, const EngineConfig& config)
       scheduler_(config.scheduler, kv_),
       runner_(model, MakeRunnerOptions(kv_.spec(), config)),
       seed_counter_(
-          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {
+          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
+      draft_policy_(config.draft_policy) {
   device_sampling_ = config.device_sampling && runner_.SupportsDeviceSampling();
   if (config.num_speculative_tokens > 0) {
     if (Status s = CheckSpeculation(model, config); s.ok()) {
@@ -199,6 +201,7 @@ EngineCore::EngineCore(Model& model, const EngineConfig& config)
 
 Status EngineCore::CheckSpeculation(const Model& model, const EngineConfig& config) {
   const int k = config.num_speculative_tokens;
+  DINFER_RETURN_IF_ERROR(sched::DraftPolicy::Validate(config.draft_policy));
   if (k == 0) return OkStatus();
   if (k < 0) return InvalidArgument("num_speculative_tokens must be at least 0, got {}", k);
   if (!model.has_draft_layer()) {
@@ -486,6 +489,7 @@ Status EngineCore::VerifyAndDraft(const StepJob& job, const TensorView& logits,
   const float* all = logits.as<float>();
   result.extra.assign(job.samplers.size(), {});
   result.proposals.assign(job.samplers.size(), {});
+  result.confidences.assign(job.samplers.size(), 0.0f);
   // Verification: a draft is accepted while the token sampled before it equals it; the row after
   // an accepted draft then gives one more token. Stops and the token limit end the run. Each row
   // is sampled with the sampler holding every token before it (accepted here, one at a time, so
@@ -543,7 +547,10 @@ Status EngineCore::VerifyAndDraft(const StepJob& job, const TensorView& logits,
     if (chunks[c].logits == SeqChunk::Logits::kNone) continue;
     const auto i = static_cast<size_t>(sampling[c]);
     const float* r = draft_logits.as<float>() + (row + wanted[i]) * vocab;
-    result.proposals[i] = {static_cast<int32_t>(std::max_element(r, r + vocab) - r)};
+    const sample::TopToken top =
+        sample::ArgmaxProbability(std::span<const float>(r, static_cast<size_t>(vocab)));
+    result.proposals[i] = {top.token};
+    result.confidences[i] = top.probability;
     row += chunks[c].logits == SeqChunk::Logits::kAll
                ? static_cast<int64_t>(chunks[c].tokens.size())
                : 1;
@@ -628,9 +635,12 @@ void EngineCore::Resolve(const sched::StepPlan& plan, const StepResult& result) 
     auto it = live_.find(c.id);
     if (speculative_ && it != live_.end()) {
       const std::vector<int32_t>& extra = result.extra[i];
+      sched::DraftPolicy::State& drafting = it->second.drafting;
       if (!c.draft.empty()) {
         stats_.draft_tokens += static_cast<int64_t>(c.draft.size());
         stats_.accepted_draft_tokens += static_cast<int64_t>(extra.size());
+        draft_policy_.OnVerified(drafting, static_cast<int64_t>(c.draft.size()),
+                                 static_cast<int64_t>(extra.size()));
       }
       // KV is valid up to the first rejected draft. Rewriting a position does not undo what it
       // added to state kept per block (DeepSeek-V4's compressors keep the state after each
@@ -640,7 +650,22 @@ void EngineCore::Resolve(const sched::StepPlan& plan, const StepResult& result) 
       int64_t computed = valid;
       if (extra.size() < c.draft.size()) computed = valid / config_.block_size * config_.block_size;
       scheduler_.ResolveDraft(c, extra, computed);
-      scheduler_.SetDraft(c.id, result.proposals[i]);
+      std::vector<int32_t> proposal = result.proposals[i];
+      if (!proposal.empty()) {
+        switch (draft_policy_.Decide(drafting, result.confidences[i])) {
+          case sched::DraftPolicy::Decision::kPropose:
+            break;
+          case sched::DraftPolicy::Decision::kLowConfidence:
+            stats_.low_confidence_drafts += static_cast<int64_t>(proposal.size());
+            proposal.clear();
+            break;
+          case sched::DraftPolicy::Decision::kPaused:
+            stats_.paused_drafts += static_cast<int64_t>(proposal.size());
+            proposal.clear();
+            break;
+        }
+      }
+      scheduler_.SetDraft(c.id, std::move(proposal));
     }
     if (it != live_.end()) {
       // Verification accepted every emitted token but the last (VerifyAndDraft).
@@ -738,6 +763,7 @@ std::vector<TokenDelta> EngineCore::Step() {
   std::optional<StepResult> now;
   if (!plan.empty()) {
     ++stats_.steps;
+    stats_.computed_tokens += plan.num_tokens;
     StepJob job = BuildJob(plan);
     if (config_.async_scheduling) {
       executor_->Launch(std::move(job));

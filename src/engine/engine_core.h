@@ -20,6 +20,7 @@
 #include "kv/kv_cache_manager.h"
 #include "runner/model_runner.h"
 #include "sample/sampler.h"
+#include "sched/draft_policy.h"
 #include "sched/scheduler.h"
 #include "structured/matcher.h"
 
@@ -54,6 +55,9 @@ struct EngineConfig {
   // 1: the MTP layer's one). CheckSpeculation says whether the model and options allow it; the
   // step loop then runs synchronously.
   int num_speculative_tokens = 0;
+  // Which drafts are proposed (by the draft layer's confidence and the request's recent
+  // acceptance); the defaults propose every one.
+  sched::DraftPolicyConfig draft_policy;
 };
 
 struct RequestOptions {
@@ -89,6 +93,10 @@ struct EngineStats {
   int64_t prompt_tokens = 0, generated_tokens = 0;
   int64_t preemptions = 0;
   int64_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding: verified drafts
+  // Drafts the draft layer proposed that DraftPolicy withheld: below min_confidence, or of a
+  // request paused for low acceptance.
+  int64_t low_confidence_drafts = 0, paused_drafts = 0;
+  int64_t computed_tokens = 0;  // tokens of every step's forward pass, drafts included
   kv::KvCacheStats kv;
 };
 
@@ -97,7 +105,8 @@ class EngineCore {
   // A config that CheckSpeculation refuses runs without speculation (and logs why).
   EngineCore(Model& model, const EngineConfig& config);
   // Whether config.num_speculative_tokens can be served with this model: it needs a draft layer
-  // (which proposes one token per step) and the CPU runner.
+  // (which proposes one token per step) and the CPU runner; the draft policy's knobs must be in
+  // range (with or without speculation).
   static Status CheckSpeculation(const Model& model, const EngineConfig& config);
 
   Status AddRequest(int64_t id, std::vector<int32_t> prompt, const RequestOptions& options);
@@ -126,6 +135,7 @@ class EngineCore {
     // Gets draft tokens: no grammar (its masks for the rows after a draft are not made) and no
     // per-token logprobs (not reported for the drafts' successors).
     bool speculate = false;
+    sched::DraftPolicy::State drafting;  // its acceptance average and probe count
   };
   // What one step computes, copied out of the scheduler so that it can plan the next one.
   struct StepJob {
@@ -152,6 +162,7 @@ class EngineCore {
     // Speculative decoding, per sampling chunk: the accepted draft tokens' successors emitted
     // after `sampled` (the accepted count is extra.size()), and the next draft (empty: none).
     std::vector<std::vector<int32_t>> extra, proposals;
+    std::vector<float> confidences;  // per proposal: the draft layer's probability of it
   };
   // Makes a finished step's samples final: writes them over the placeholders and feeds them to
   // the samplers' penalty state, before the next step samples.
@@ -183,6 +194,7 @@ class EngineCore {
   std::optional<sched::StepPlan> inflight_;
   bool device_sampling_ = false;
   bool speculative_ = false;
+  sched::DraftPolicy draft_policy_;
 };
 
 }  // namespace dinfer

@@ -123,6 +123,14 @@ std::string Metrics::Render(const EngineStatsSnapshot* stats, int64_t http_in_fl
   header("dinfer_spec_accepted_tokens_total", "counter",
          "Speculative decoding: draft tokens accepted.");
   out += fmt::format("dinfer_spec_accepted_tokens_total {}\n", stats->accepted_draft_tokens);
+  header("dinfer_spec_skipped_drafts_total", "counter",
+         "Speculative decoding: drafts not proposed, by reason (low_confidence: below "
+         "--speculative-min-confidence; low_acceptance: the request's acceptance rate is below "
+         "--speculative-min-acceptance).");
+  out += fmt::format("dinfer_spec_skipped_drafts_total{{reason=\"low_confidence\"}} {}\n",
+                     stats->low_confidence_drafts);
+  out += fmt::format("dinfer_spec_skipped_drafts_total{{reason=\"low_acceptance\"}} {}\n",
+                     stats->paused_drafts);
   header("dinfer_engine_steps_total", "counter", "Engine steps run.");
   out += fmt::format("dinfer_engine_steps_total {}\n", stats->steps);
   return out;

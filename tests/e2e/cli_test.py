@@ -101,6 +101,17 @@ class GenerateTest(unittest.TestCase):
                 self.assertNotEqual(res.returncode, 0)
                 self.assertIn(message, res.stderr)
 
+    def test_speculative_flags_are_documented_and_checked(self):
+        out = dinfer("bench", "offline", "--help").stdout
+        for flag in ("--num-speculative-tokens", "--speculative-min-confidence",
+                     "--speculative-min-acceptance"):
+            self.assertIn(flag, out)
+        for flag in ("--speculative-min-confidence", "--speculative-min-acceptance"):
+            with self.subTest(flag=flag):
+                res = dinfer("bench", "offline", flag, "1.5", check=False)
+                self.assertNotEqual(res.returncode, 0)
+                self.assertIn(flag, res.stderr)
+
     def test_help_documents_every_flag(self):
         out = dinfer("generate", "--help").stdout
         for flag in ("--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature", "--top-p",

@@ -140,7 +140,9 @@ def test_metrics_are_prometheus_text(server, oai):
     for name in ("dinfer_time_to_first_token_seconds_count", "dinfer_time_per_output_token_seconds_count",
                  "dinfer_e2e_request_latency_seconds_count", "dinfer_prompt_tokens_total",
                  "dinfer_generation_tokens_total", "dinfer_kv_cache_usage_ratio", "dinfer_prefix_cache_hit_rate",
-                 "dinfer_requests_running", "dinfer_requests_waiting"):
+                 "dinfer_requests_running", "dinfer_requests_waiting", "dinfer_spec_draft_tokens_total",
+                 'dinfer_spec_skipped_drafts_total{reason="low_confidence"}',
+                 'dinfer_spec_skipped_drafts_total{reason="low_acceptance"}'):
         assert name in m, name
     assert m['dinfer_requests_total{endpoint="/v1/chat/completions",status="200"}'] >= 1
     assert m["dinfer_time_to_first_token_seconds_count"] >= 1

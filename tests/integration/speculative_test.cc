@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -61,10 +62,10 @@ RequestOptions Sampled() {
 }
 
 // Runs every prompt (ids 1, 2, ...) with `options` (greedy by default): all at once, or one after
-// the other.
+// the other; up to `max_tokens` each, or 6 to 18 by request when 0.
 Outcome RunAll(Model& model, const EngineConfig& cfg,
                const std::vector<std::vector<int32_t>>& prompts, bool together,
-               RequestOptions options = Greedy()) {
+               RequestOptions options = Greedy(), int64_t max_tokens = 0) {
   EngineCore core(model, cfg);
   options.ignore_eos = true;
   Outcome out;
@@ -79,7 +80,7 @@ Outcome RunAll(Model& model, const EngineConfig& cfg,
     }
   };
   for (size_t i = 0; i < prompts.size(); ++i) {
-    options.max_tokens = 6 + static_cast<int64_t>(i * 5 % 13);
+    options.max_tokens = max_tokens > 0 ? max_tokens : 6 + static_cast<int64_t>(i * 5 % 13);
     EXPECT_TRUE(core.AddRequest(static_cast<int64_t>(i) + 1, prompts[i], options).ok());
     if (!together) drain();
   }
@@ -251,13 +252,21 @@ TEST_F(SpeculativeTest, StopTokensEndTheOutputAtTheFirstOne) {
 
 // The DeepSeek-V4 model with a draft that knows the greedy continuation of one sequence: it runs
 // the real MTP layer (its KV stays as in real use) and then, for rows whose input token is the
-// sequence's, puts the logits on the sequence's next token, except at every third position (where
-// it keeps the MTP layer's guess, which the tiny random model rarely gets right). Verification then
-// accepts and rejects drafts at many places.
+// sequence's, puts the logits on the sequence's next token with certainty, except where `guess`
+// says otherwise: at every third position by default it keeps the MTP layer's guess (which the
+// tiny random model rarely gets right, and is never sure of); kWrong puts them on another token,
+// with certainty too. Verification then accepts and rejects drafts at many places.
 class OracleDraft : public Model {
  public:
-  OracleDraft(Model& inner, std::vector<int32_t> sequence)
-      : Model(inner.config()), inner_(inner), sequence_(std::move(sequence)) {}
+  enum class Guess { kModel, kRight, kWrong };
+  OracleDraft(
+      Model& inner, std::vector<int32_t> sequence,
+      std::function<Guess(size_t)> guess =
+          [](size_t pos) { return pos % 3 == 0 ? Guess::kModel : Guess::kRight; })
+      : Model(inner.config()),
+        inner_(inner),
+        sequence_(std::move(sequence)),
+        guess_(std::move(guess)) {}
   KvLayout KvLayoutFor(int64_t block_size) const override { return inner_.KvLayoutFor(block_size); }
   std::vector<KvGroup> KvGroupsFor(int64_t block_size) const override {
     return inner_.KvGroupsFor(block_size);
@@ -274,11 +283,14 @@ class OracleDraft : public Model {
     for (size_t i = 0; i < in.logits_rows.size(); ++i) {
       const int32_t t = in.logits_rows[i];
       const auto pos = static_cast<size_t>(in.meta.positions[static_cast<size_t>(t)]);
-      if (pos + 2 >= sequence_.size() || pos % 3 == 0) continue;
+      if (pos + 2 >= sequence_.size()) continue;
+      const Guess guess = guess_(pos);
+      if (guess == Guess::kModel) continue;
       if (in.tokens[static_cast<size_t>(t)] != sequence_[pos + 1]) continue;
       float* row = logits.as<float>() + static_cast<int64_t>(i) * vocab;
       std::fill(row, row + vocab, -1.0f);
-      row[sequence_[pos + 2]] = 1.0f;
+      const int32_t right = sequence_[pos + 2];
+      row[guess == Guess::kRight ? right : (right + 1) % vocab] = 30.0f;
     }
     return OkStatus();
   }
@@ -286,7 +298,21 @@ class OracleDraft : public Model {
  private:
   Model& inner_;
   std::vector<int32_t> sequence_;
+  std::function<Guess(size_t)> guess_;
 };
+
+// The longest continuation of `prompt` among `outputs`, after the prompt: the sequence an oracle
+// draft knows (every request continues the prompt the same way, greedy or sampled with one seed).
+std::vector<int32_t> Continuation(const std::vector<int32_t>& prompt, const Outcome& outcome) {
+  std::vector<int32_t> sequence = prompt;
+  for (const auto& [id, tokens] : outcome.tokens) {
+    if (prompt.size() + tokens.size() > sequence.size()) {
+      sequence = prompt;
+      sequence.insert(sequence.end(), tokens.begin(), tokens.end());
+    }
+  }
+  return sequence;
+}
 
 class AcceptedDraftsTest : public SpeculativeTest, public ::testing::WithParamInterface<bool> {};
 
@@ -317,16 +343,7 @@ TEST_P(AcceptedDraftsTest, GiveTheSameTokens) {
     cfg.scheduler.max_num_batched_tokens = v.max_batched;
     const std::vector<std::vector<int32_t>> prompts(3, prompt);
     const Outcome plain = RunAll(model, cfg, prompts, v.together, options);
-    // Every request continues the prompt the same way (greedy, or sampled with one seed): the
-    // longest output is the sequence.
-    std::vector<int32_t> sequence = prompt;
-    for (const auto& [id, tokens] : plain.tokens) {
-      if (prompt.size() + tokens.size() > sequence.size()) {
-        sequence = prompt;
-        sequence.insert(sequence.end(), tokens.begin(), tokens.end());
-      }
-    }
-    OracleDraft oracle(model, sequence);
+    OracleDraft oracle(model, Continuation(prompt, plain));
     cfg.num_speculative_tokens = 1;
     const Outcome spec = RunAll(oracle, cfg, prompts, v.together, options);
     for (const auto& [id, tokens] : plain.tokens) {
@@ -355,6 +372,149 @@ INSTANTIATE_TEST_SUITE_P(GreedyAndSampled, AcceptedDraftsTest, ::testing::Bool()
                            return info.param ? "Sampled" : "Greedy";
                          });
 
+void PrintDrafts(const char* what, const EngineStats& s) {
+  std::printf(
+      "%s: %lld of %lld drafts accepted, %lld of low confidence, %lld paused; %lld steps, %lld "
+      "tokens computed\n",
+      what, static_cast<long long>(s.accepted_draft_tokens), static_cast<long long>(s.draft_tokens),
+      static_cast<long long>(s.low_confidence_drafts), static_cast<long long>(s.paused_drafts),
+      static_cast<long long>(s.steps), static_cast<long long>(s.computed_tokens));
+}
+
+EngineConfig SpecConfig() {
+  EngineConfig cfg;
+  cfg.threads = 2;
+  cfg.block_size = 4;
+  cfg.num_kv_blocks = 200;
+  cfg.kv_cache_dtype = KvCacheDType::kF32;
+  cfg.scheduler.max_num_batched_tokens = 64;
+  cfg.num_speculative_tokens = 1;
+  // Speculation steps synchronously; so does decoding without it here, step for step.
+  cfg.async_scheduling = false;
+  return cfg;
+}
+
+class ConfidenceTest : public SpeculativeTest, public ::testing::WithParamInterface<bool> {};
+
+// The oracle is sure of its drafts at two positions in three and leaves the MTP layer's unsure
+// guess at the third. With a threshold only the sure drafts are proposed: the outputs stay those
+// without speculation, the acceptance rate rises and fewer tokens are computed (a rejected draft
+// costs its token and the recomputation of its block); threshold 0 proposes every draft.
+TEST_P(ConfidenceTest, ThresholdProposesOnlyConfidentDrafts) {
+  Model& model = *lm_->model;
+  const std::vector<int32_t> prompt = Prompts(model)[3];
+  const RequestOptions options = GetParam() ? Sampled() : Greedy();
+  const std::vector<std::vector<int32_t>> prompts(3, prompt);
+  EngineConfig cfg = SpecConfig();
+  cfg.num_speculative_tokens = 0;
+  const Outcome plain = RunAll(model, cfg, prompts, true, options, 24);
+  OracleDraft oracle(model, Continuation(prompt, plain));
+  cfg.num_speculative_tokens = 1;
+  const Outcome every = RunAll(oracle, cfg, prompts, true, options, 24);
+  cfg.draft_policy.min_confidence = 0.0;
+  const Outcome zero = RunAll(oracle, cfg, prompts, true, options, 24);
+  cfg.draft_policy.min_confidence = 0.5;
+  const Outcome sure = RunAll(oracle, cfg, prompts, true, options, 24);
+  for (const auto& [id, tokens] : plain.tokens) {
+    EXPECT_EQ(every.tokens.at(id), tokens) << "request " << id;
+    EXPECT_EQ(zero.tokens.at(id), tokens) << "request " << id;
+    EXPECT_EQ(sure.tokens.at(id), tokens) << "request " << id;
+  }
+  PrintDrafts("no speculation", plain.stats);
+  PrintDrafts("no threshold", every.stats);
+  PrintDrafts("threshold 0.5", sure.stats);
+  // Threshold 0 is the default: every draft, step for step.
+  EXPECT_EQ(zero.stats.draft_tokens, every.stats.draft_tokens);
+  EXPECT_EQ(zero.stats.accepted_draft_tokens, every.stats.accepted_draft_tokens);
+  EXPECT_EQ(zero.stats.steps, every.stats.steps);
+  EXPECT_EQ(zero.stats.computed_tokens, every.stats.computed_tokens);
+  EXPECT_EQ(every.stats.low_confidence_drafts, 0);
+  EXPECT_EQ(every.stats.paused_drafts, 0);
+  // The MTP layer's guesses go; the oracle's stay, and nearly all are accepted.
+  EXPECT_GT(sure.stats.low_confidence_drafts, 0);
+  EXPECT_EQ(sure.stats.paused_drafts, 0);
+  EXPECT_GT(sure.stats.accepted_draft_tokens, 0);
+  EXPECT_LT(sure.stats.draft_tokens, every.stats.draft_tokens);
+  const auto rate = [](const EngineStats& s) {
+    return static_cast<double>(s.accepted_draft_tokens) / static_cast<double>(s.draft_tokens);
+  };
+  EXPECT_GT(rate(sure.stats), rate(every.stats));
+  EXPECT_GE(rate(sure.stats), 0.9);
+  EXPECT_LT(sure.stats.computed_tokens, every.stats.computed_tokens);
+  EXPECT_LT(sure.stats.steps, plain.stats.steps);
+  // A threshold above every confidence proposes nothing: plain decoding.
+  cfg.draft_policy.min_confidence = 1.0;
+  const Outcome none = RunAll(model, cfg, prompts, true, options, 24);
+  EXPECT_EQ(none.tokens, plain.tokens);
+  EXPECT_EQ(none.stats.draft_tokens, 0);
+  EXPECT_GT(none.stats.low_confidence_drafts, 0);
+  EXPECT_EQ(none.stats.steps, plain.stats.steps);
+  EXPECT_EQ(none.stats.computed_tokens, plain.stats.computed_tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(GreedyAndSampled, ConfidenceTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Sampled" : "Greedy";
+                         });
+
+// The real MTP layer's drafts keep failing on the random model: with a minimum acceptance a
+// request stops drafting after a few and then only probes, once every probe_interval steps.
+TEST_F(SpeculativeTest, AdaptivePolicyPausesFailingDraftsAndProbes) {
+  Model& model = *lm_->model;
+  const std::vector<std::vector<int32_t>> prompts = {Prompts(model)[0]};
+  EngineConfig cfg = SpecConfig();
+  cfg.num_speculative_tokens = 0;
+  const Outcome plain = RunAll(model, cfg, prompts, true, Greedy(), 40);
+  cfg.num_speculative_tokens = 1;
+  const Outcome every = RunAll(model, cfg, prompts, true, Greedy(), 40);
+  cfg.draft_policy.min_acceptance = 0.5;
+  cfg.draft_policy.probe_interval = 4;
+  const Outcome adaptive = RunAll(model, cfg, prompts, true, Greedy(), 40);
+  EXPECT_EQ(every.tokens, plain.tokens);
+  EXPECT_EQ(adaptive.tokens, plain.tokens);
+  PrintDrafts("every draft", every.stats);
+  PrintDrafts("adaptive", adaptive.stats);
+  ASSERT_EQ(every.stats.accepted_draft_tokens, 0) << "the fixture's MTP layer got lucky";
+  EXPECT_GE(every.stats.draft_tokens, 35);
+  // Three failures pause it (1 -> 0.75 -> 0.56 -> 0.42); then a probe follows every three
+  // paused steps (the last step's proposal is never verified).
+  const int64_t probes = adaptive.stats.draft_tokens - 3;
+  EXPECT_GE(probes, 5);
+  EXPECT_NEAR(adaptive.stats.paused_drafts, 3 * probes, 4);
+  EXPECT_GE(adaptive.stats.draft_tokens + adaptive.stats.paused_drafts, every.stats.draft_tokens);
+  EXPECT_EQ(adaptive.stats.low_confidence_drafts, 0);
+  EXPECT_LT(adaptive.stats.computed_tokens, every.stats.computed_tokens);
+}
+
+// Drafts that are confidently wrong at first pause the request; once they are right, a probe is
+// accepted and drafting resumes every step.
+TEST_F(SpeculativeTest, AdaptivePolicyResumesAfterAnAcceptedProbe) {
+  Model& model = *lm_->model;
+  const std::vector<int32_t> prompt = Prompts(model)[3];
+  const std::vector<std::vector<int32_t>> prompts = {prompt};
+  EngineConfig cfg = SpecConfig();
+  cfg.num_speculative_tokens = 0;
+  const Outcome plain = RunAll(model, cfg, prompts, true, Greedy(), 40);
+  const size_t turn = prompt.size() + 16;  // wrong before, right from here
+  OracleDraft oracle(model, Continuation(prompt, plain), [turn](size_t pos) {
+    return pos < turn ? OracleDraft::Guess::kWrong : OracleDraft::Guess::kRight;
+  });
+  cfg.num_speculative_tokens = 1;
+  cfg.draft_policy.min_acceptance = 0.5;
+  cfg.draft_policy.probe_interval = 4;
+  const Outcome adaptive = RunAll(oracle, cfg, prompts, true, Greedy(), 40);
+  EXPECT_EQ(adaptive.tokens, plain.tokens);
+  PrintDrafts("wrong, then right", adaptive.stats);
+  // Paused before the turn (and until the first probe after it) ...
+  EXPECT_GT(adaptive.stats.paused_drafts, 0);
+  EXPECT_LT(adaptive.stats.paused_drafts, 16);
+  // ... drafting every step after it: the 24 tokens after the turn come two a step, and every
+  // draft after the accepted probe is accepted.
+  EXPECT_GE(adaptive.stats.accepted_draft_tokens, 8);
+  EXPECT_LE(adaptive.stats.draft_tokens - adaptive.stats.accepted_draft_tokens, 3 + 16 / 4);
+  EXPECT_LT(adaptive.stats.steps, plain.stats.steps - 8);
+}
+
 TEST_F(SpeculativeTest, RefusedWithoutADraftLayerOrWithMoreThanOneToken) {
   EngineConfig cfg;
   cfg.num_speculative_tokens = 1;
@@ -377,6 +537,23 @@ TEST_F(SpeculativeTest, RefusedWithoutADraftLayerOrWithMoreThanOneToken) {
   EXPECT_NE(s.message().find("draft (MTP) layer"), std::string::npos) << s.message();
   cfg.num_speculative_tokens = 0;
   EXPECT_TRUE(EngineCore::CheckSpeculation(*llama->model, cfg).ok());
+}
+
+TEST_F(SpeculativeTest, DraftPolicyKnobsAreValidated) {
+  EngineConfig cfg;
+  cfg.num_speculative_tokens = 1;
+  cfg.draft_policy.min_confidence = 1.5;
+  Status s = EngineCore::CheckSpeculation(*lm_->model, cfg);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("speculative_min_confidence"), std::string::npos) << s.message();
+  cfg.draft_policy.min_confidence = 0.5;
+  cfg.draft_policy.min_acceptance = -0.5;
+  s = EngineCore::CheckSpeculation(*lm_->model, cfg);
+  EXPECT_NE(s.message().find("speculative_min_acceptance"), std::string::npos) << s.message();
+  cfg.num_speculative_tokens = 0;
+  EXPECT_FALSE(EngineCore::CheckSpeculation(*lm_->model, cfg).ok());
+  cfg.draft_policy.min_acceptance = 0.5;
+  EXPECT_TRUE(EngineCore::CheckSpeculation(*lm_->model, cfg).ok());
 }
 
 // Through the public API: the option is refused for a model without a draft layer, and the
@@ -419,6 +596,42 @@ TEST(SpeculativeEngineTest, OptionThroughThePublicApi) {
   }
   EXPECT_GT(stats.draft_tokens, 0);
   EXPECT_LE(stats.accepted_draft_tokens, stats.draft_tokens);
+}
+
+// The draft policy's knobs through the public API: refused out of range, counted in the stats.
+TEST(SpeculativeEngineTest, ConfidenceThresholdThroughThePublicApi) {
+  EngineOptions o;
+  o.model = Dir("deepseek_v4");
+  o.device = "cpu";
+  o.threads = 1;
+  o.kv_cache_mib = 16;
+  o.show_progress = false;
+  o.num_speculative_tokens = 1;
+  o.speculative_min_confidence = 2.0;
+  auto refused = Engine::Create(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("speculative_min_confidence"), std::string::npos)
+      << refused.status().message();
+  o.speculative_min_confidence = 1.0;  // above every random guess: nothing is proposed
+  o.speculative_min_acceptance = 0.5;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  RequestSpec spec;
+  for (int i = 0; i < 20; ++i) spec.prompt_ids.push_back(10 + i);
+  spec.sampling.temperature = 0;
+  spec.sampling.max_tokens = 8;
+  spec.sampling.ignore_eos = true;
+  auto stream = (*engine)->Submit(spec);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  while (auto out = (*stream)->Next()) EXPECT_NE(out->finish_reason, "error") << out->error;
+  EngineStatsSnapshot stats = (*engine)->Stats();
+  for (int i = 0; i < 200 && stats.generated_tokens < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stats = (*engine)->Stats();
+  }
+  EXPECT_EQ(stats.draft_tokens, 0);
+  EXPECT_GT(stats.low_confidence_drafts, 0);
 }
 
 }  // namespace
