@@ -14,6 +14,7 @@
 #include "gpu_test_util.h"
 #include "model/layers/decoder.h"
 #include "model/loader.h"
+#include "row_error.h"
 #include "runner/cuda/gpu_runner.h"
 #include "runner/model_runner.h"
 
@@ -78,16 +79,6 @@ std::string WriteModel() {
   std::memcpy(len.data(), &n, 8);
   std::ofstream(dir / "model.safetensors", std::ios::binary) << len << header << data;
   return dir.string();
-}
-
-double RowRelError(const float* got, const float* want, int64_t n) {
-  double max_diff = 0, max_ref = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    max_diff = std::max(max_diff, std::fabs(double{got[i]} - want[i]));
-    max_ref = std::max(max_ref, std::fabs(double{want[i]}));
-  }
-  return max_diff / std::max(max_ref, 1e-30);
 }
 
 TEST(GpuFusedDecodeTest, LogitsMatchCpu) {

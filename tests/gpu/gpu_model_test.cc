@@ -13,6 +13,7 @@
 #include "gpu_test_util.h"
 #include "model/layers/decoder.h"
 #include "model/loader.h"
+#include "row_error.h"
 #include "runner/cuda/gpu_runner.h"
 #include "runner/model_runner.h"
 #include "sample/sampler.h"
@@ -34,16 +35,6 @@ std::vector<int32_t> Ints(const boost::json::value& v) {
 
 // Largest |a - b| over a row, relative to the row's largest reference magnitude (the metric of
 // tests/integration/hf_logits_test.cc).
-double RowRelError(const float* got, const float* want, int64_t n) {
-  double max_diff = 0, max_ref = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    max_diff = std::max(max_diff, std::fabs(double{got[i]} - want[i]));
-    max_ref = std::max(max_ref, std::fabs(double{want[i]}));
-  }
-  return max_diff / std::max(max_ref, 1e-30);
-}
-
 struct Fixture {
   std::vector<int32_t> prompt, decode;
   std::string ref_bytes;  // transformers' logits, f32, prompt rows then decode rows

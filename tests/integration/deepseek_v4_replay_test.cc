@@ -12,6 +12,7 @@
 
 #include "engine/engine_core.h"
 #include "model/loader.h"
+#include "row_error.h"
 #include "runner/model_runner.h"
 
 namespace dinfer {
@@ -32,15 +33,6 @@ std::vector<int32_t> RandomTokens(uint32_t seed, int64_t n) {
 std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-double RowRelError(const float* got, const float* want, int64_t n) {
-  double max_diff = 0, max_ref = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    max_diff = std::max(max_diff, std::fabs(double{got[i]} - want[i]));
-    max_ref = std::max(max_ref, std::fabs(double{want[i]}));
-  }
-  return max_diff / std::max(max_ref, 1e-30);
 }
 
 // The bound of DeepseekV4Model::WindowReplayTokens for the fixture: 6 KV layers (5 and the MTP

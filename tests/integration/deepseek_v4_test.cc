@@ -20,6 +20,7 @@
 #include "engine/cost_profile.h"
 #include "engine/engine_core.h"
 #include "model/loader.h"
+#include "row_error.h"
 #include "runner/model_runner.h"
 
 namespace dinfer {
@@ -64,15 +65,6 @@ Fixture ReadFixture(const std::string& dir) {
   f.logits = ReadFileToString(dir + "/logits.f32").value();
   f.mtp_logits = ReadFileToString(dir + "/mtp_logits.f32").value();
   return f;
-}
-
-double RowRelError(const float* got, const float* want, int64_t n) {
-  double max_diff = 0, max_ref = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    max_diff = std::max(max_diff, std::fabs(double{got[i]} - want[i]));
-    max_ref = std::max(max_ref, std::fabs(double{want[i]}));
-  }
-  return max_diff / std::max(max_ref, 1e-30);
 }
 
 struct Case {

@@ -12,6 +12,7 @@
 
 #include "base/mapped_file.h"
 #include "model/loader.h"
+#include "row_error.h"
 #include "runner/model_runner.h"
 
 namespace dinfer {
@@ -30,15 +31,6 @@ std::vector<int32_t> Ints(const boost::json::value& v) {
 }
 
 // Largest |a - b| over a row, relative to the row's largest reference magnitude.
-double RowRelError(const float* got, const float* want, int64_t n) {
-  double max_diff = 0, max_ref = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    max_diff = std::max(max_diff, std::fabs(double{got[i]} - want[i]));
-    max_ref = std::max(max_ref, std::fabs(double{want[i]}));
-  }
-  return max_diff / std::max(max_ref, 1e-30);
-}
-
 class HfLogitsTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfLogitsTest, MatchesTransformers) {

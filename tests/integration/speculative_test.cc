@@ -556,16 +556,48 @@ TEST_F(SpeculativeTest, DraftPolicyKnobsAreValidated) {
   EXPECT_TRUE(EngineCore::CheckSpeculation(*lm_->model, cfg).ok());
 }
 
-// Through the public API: the option is refused for a model without a draft layer, and the
-// engine's stats count the drafts.
-TEST(SpeculativeEngineTest, OptionThroughThePublicApi) {
+// Engine options for the public-API tests: one CPU thread, a small KV cache, one draft token.
+EngineOptions ApiOptions(const std::string& variant) {
   EngineOptions o;
-  o.model = Dir("llama");
+  o.model = Dir(variant);
   o.device = "cpu";
   o.threads = 1;
   o.kv_cache_mib = 16;
   o.show_progress = false;
   o.num_speculative_tokens = 1;
+  return o;
+}
+
+// Runs 8 greedy tokens after a 20-token prompt; returns how many came back and the engine's stats
+// once its loop has counted them.
+size_t GenerateEight(Engine& engine, EngineStatsSnapshot& stats) {
+  RequestSpec spec;
+  for (int i = 0; i < 20; ++i) spec.prompt_ids.push_back(10 + i);
+  spec.sampling.temperature = 0;
+  spec.sampling.max_tokens = 8;
+  spec.sampling.ignore_eos = true;
+  auto stream = engine.Submit(spec);
+  EXPECT_TRUE(stream.ok()) << stream.status().ToString();
+  size_t tokens = 0;
+  if (stream.ok()) {
+    while (auto out = (*stream)->Next()) {
+      EXPECT_NE(out->finish_reason, "error") << out->error;
+      tokens += out->token_ids.size();
+    }
+  }
+  // Stats are refreshed by the engine's loop after each step.
+  stats = engine.Stats();
+  for (int i = 0; i < 200 && stats.generated_tokens < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stats = engine.Stats();
+  }
+  return tokens;
+}
+
+// Through the public API: the option is refused for a model without a draft layer, and the
+// engine's stats count the drafts.
+TEST(SpeculativeEngineTest, OptionThroughThePublicApi) {
+  EngineOptions o = ApiOptions("llama");
   auto refused = Engine::Create(o);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
@@ -575,38 +607,15 @@ TEST(SpeculativeEngineTest, OptionThroughThePublicApi) {
   o.model = Dir("deepseek_v4");
   auto engine = Engine::Create(o);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
-  RequestSpec spec;
-  for (int i = 0; i < 20; ++i) spec.prompt_ids.push_back(10 + i);
-  spec.sampling.temperature = 0;
-  spec.sampling.max_tokens = 8;
-  spec.sampling.ignore_eos = true;
-  auto stream = (*engine)->Submit(spec);
-  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
-  size_t tokens = 0;
-  while (auto out = (*stream)->Next()) {
-    EXPECT_NE(out->finish_reason, "error") << out->error;
-    tokens += out->token_ids.size();
-  }
-  EXPECT_EQ(tokens, 8u);
-  // Stats are refreshed by the engine's loop after each step.
-  EngineStatsSnapshot stats = (*engine)->Stats();
-  for (int i = 0; i < 200 && stats.generated_tokens < 8; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    stats = (*engine)->Stats();
-  }
+  EngineStatsSnapshot stats;
+  EXPECT_EQ(GenerateEight(**engine, stats), 8u);
   EXPECT_GT(stats.draft_tokens, 0);
   EXPECT_LE(stats.accepted_draft_tokens, stats.draft_tokens);
 }
 
 // The draft policy's knobs through the public API: refused out of range, counted in the stats.
 TEST(SpeculativeEngineTest, ConfidenceThresholdThroughThePublicApi) {
-  EngineOptions o;
-  o.model = Dir("deepseek_v4");
-  o.device = "cpu";
-  o.threads = 1;
-  o.kv_cache_mib = 16;
-  o.show_progress = false;
-  o.num_speculative_tokens = 1;
+  EngineOptions o = ApiOptions("deepseek_v4");
   o.speculative_min_confidence = 2.0;
   auto refused = Engine::Create(o);
   ASSERT_FALSE(refused.ok());
@@ -617,19 +626,8 @@ TEST(SpeculativeEngineTest, ConfidenceThresholdThroughThePublicApi) {
   o.speculative_min_acceptance = 0.5;
   auto engine = Engine::Create(o);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
-  RequestSpec spec;
-  for (int i = 0; i < 20; ++i) spec.prompt_ids.push_back(10 + i);
-  spec.sampling.temperature = 0;
-  spec.sampling.max_tokens = 8;
-  spec.sampling.ignore_eos = true;
-  auto stream = (*engine)->Submit(spec);
-  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
-  while (auto out = (*stream)->Next()) EXPECT_NE(out->finish_reason, "error") << out->error;
-  EngineStatsSnapshot stats = (*engine)->Stats();
-  for (int i = 0; i < 200 && stats.generated_tokens < 8; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    stats = (*engine)->Stats();
-  }
+  EngineStatsSnapshot stats;
+  EXPECT_EQ(GenerateEight(**engine, stats), 8u);
   EXPECT_EQ(stats.draft_tokens, 0);
   EXPECT_GT(stats.low_confidence_drafts, 0);
 }
