@@ -14,7 +14,12 @@ namespace dinfer {
 struct ProfileOptions {
   std::vector<int64_t> new_tokens = {1, 8, 32, 128, 256};
   std::vector<int64_t> context = {0, 256, 1024};
-  int repetitions = 3;  // the median of these is kept
+  int repetitions = 3;  // per pass; the median of all is kept (the fastest with `fastest`)
+  int passes = 1;       // walks over the whole grid
+  // Keep the fastest repetition instead of the median: on a shared machine other tenants only
+  // ever add time (memory bandwidth, caches, a sibling hyper-thread), even to a thread's CPU
+  // clock, so the fastest run is the best estimate of the step's own cost.
+  bool fastest = false;
   // Time with the calling thread's CPU clock instead of the wall clock. Only for single-threaded
   // runners (all work runs on the calling thread): it leaves out time other processes take the
   // core, so profiles measured on a shared machine stay comparable.
