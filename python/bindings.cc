@@ -45,7 +45,12 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readwrite("device", &dinfer::EngineOptions::device)
       .def_readwrite("kv_cache_dtype", &dinfer::EngineOptions::kv_cache_dtype)
       .def_readwrite("kv_cache_scale", &dinfer::EngineOptions::kv_cache_scale)
-      .def_readwrite("quantization", &dinfer::EngineOptions::quantization);
+      .def_readwrite("quantization", &dinfer::EngineOptions::quantization)
+      .def_readwrite("num_speculative_tokens", &dinfer::EngineOptions::num_speculative_tokens)
+      .def_readwrite("speculative_min_confidence",
+                     &dinfer::EngineOptions::speculative_min_confidence)
+      .def_readwrite("speculative_min_acceptance",
+                     &dinfer::EngineOptions::speculative_min_acceptance);
 
   py::class_<dinfer::StructuredOutput>(m, "StructuredOutput")
       .def(py::init<>())
@@ -119,7 +124,11 @@ PYBIND11_MODULE(_dinfer, m) {
       .def_readonly("kv_usage", &dinfer::EngineStatsSnapshot::kv_usage)
       .def_readonly("prefix_queries", &dinfer::EngineStatsSnapshot::prefix_queries)
       .def_readonly("prefix_hits", &dinfer::EngineStatsSnapshot::prefix_hits)
-      .def_readonly("prefix_replay_tokens", &dinfer::EngineStatsSnapshot::prefix_replay_tokens);
+      .def_readonly("prefix_replay_tokens", &dinfer::EngineStatsSnapshot::prefix_replay_tokens)
+      .def_readonly("draft_tokens", &dinfer::EngineStatsSnapshot::draft_tokens)
+      .def_readonly("accepted_draft_tokens", &dinfer::EngineStatsSnapshot::accepted_draft_tokens)
+      .def_readonly("low_confidence_drafts", &dinfer::EngineStatsSnapshot::low_confidence_drafts)
+      .def_readonly("paused_drafts", &dinfer::EngineStatsSnapshot::paused_drafts);
 
   py::class_<dinfer::Engine>(m, "Engine")
       .def(py::init([](const dinfer::EngineOptions& o) {

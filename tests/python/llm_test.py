@@ -3,6 +3,7 @@
 HF checkpoint given token ids."""
 import json
 import os
+import time
 import unittest
 
 import dinfer
@@ -78,6 +79,28 @@ class LLMTest(unittest.TestCase):
         llm = dinfer.LLM(d, threads=1, show_progress=False)
         out = llm.generate([fx["prompt_ids"]], dinfer.SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
         self.assertEqual(out[0].outputs[0].token_ids, fx["decode_ids"])
+
+    def test_speculative_decoding_gives_the_same_tokens(self):
+        d = os.path.join(ROOT, "tests", "data", "models", "deepseek_v4")
+        with open(os.path.join(d, "fixture.json")) as f:
+            prompt = json.load(f)["prompt_ids"]
+        sp = dinfer.SamplingParams(temperature=0.8, seed=5, max_tokens=12, ignore_eos=True)
+        plain = dinfer.LLM(d, threads=1, show_progress=False)
+        want = plain.generate([prompt], sp)[0].outputs[0].token_ids
+        spec = dinfer.LLM(d, threads=1, show_progress=False, num_speculative_tokens=1)
+        got = spec.generate([prompt], sp)[0].outputs[0].token_ids
+        self.assertEqual(got, want)
+        stats = spec.stats()
+        for _ in range(200):  # the engine's loop refreshes its stats after each step
+            if stats.generated_tokens >= 12:
+                break
+            time.sleep(0.01)
+            stats = spec.stats()
+        self.assertGreater(stats.draft_tokens, 0)
+        self.assertLessEqual(stats.accepted_draft_tokens, stats.draft_tokens)
+        with self.assertRaises(Exception):
+            dinfer.LLM(d, threads=1, show_progress=False, num_speculative_tokens=1,
+                       speculative_min_confidence=1.5)
 
 
 if __name__ == "__main__":
