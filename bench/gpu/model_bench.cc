@@ -99,10 +99,11 @@ double ServingRooflineSeconds(const ModelConfig& c, double weight_bytes, double 
   const double flop_s = linear_tflops * 1e12, byte_s = limits.read_gbs * 1e9;
   const double pairs = static_cast<double>(in) * (in + 1) / 2.0;
   double t = ForwardFlops(c, static_cast<double>(seqs * in), seqs * pairs, seqs) / flop_s;
+  // Every decode step's linear layers: their FLOPs, or reading the weights, whichever is longer.
+  const double linear = std::max(ForwardFlops(c, seqs, 0, seqs) / flop_s, weight_bytes / byte_s);
   for (int64_t i = 1; i < out; ++i) {
     const double keys = static_cast<double>(in + i);  // each sequence's keys at this step
-    const double linear = ForwardFlops(c, seqs, 0, seqs) / flop_s;
-    t += std::max(linear, weight_bytes / byte_s) + seqs * keys * kv_bytes_per_token / byte_s;
+    t += linear + seqs * keys * kv_bytes_per_token / byte_s;
   }
   return t;
 }

@@ -652,17 +652,12 @@ void EngineCore::Resolve(const sched::StepPlan& plan, const StepResult& result) 
       scheduler_.ResolveDraft(c, extra, computed);
       std::vector<int32_t> proposal = result.proposals[i];
       if (!proposal.empty()) {
-        switch (draft_policy_.Decide(drafting, result.confidences[i])) {
-          case sched::DraftPolicy::Decision::kPropose:
-            break;
-          case sched::DraftPolicy::Decision::kLowConfidence:
-            stats_.low_confidence_drafts += static_cast<int64_t>(proposal.size());
-            proposal.clear();
-            break;
-          case sched::DraftPolicy::Decision::kPaused:
-            stats_.paused_drafts += static_cast<int64_t>(proposal.size());
-            proposal.clear();
-            break;
+        const auto decision = draft_policy_.Decide(drafting, result.confidences[i]);
+        if (decision != sched::DraftPolicy::Decision::kPropose) {
+          (decision == sched::DraftPolicy::Decision::kLowConfidence ? stats_.low_confidence_drafts
+                                                                    : stats_.paused_drafts) +=
+              static_cast<int64_t>(proposal.size());
+          proposal.clear();
         }
       }
       scheduler_.SetDraft(c.id, std::move(proposal));

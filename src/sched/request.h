@@ -35,10 +35,7 @@ struct SchedRequest {
   RequestId follows = 0;  // a sibling (n > 1) that computes the shared prompt first; 0: none
   int64_t num_computed_tokens = 0;  // tokens whose KV is written or being written this step
   int64_t num_cached_tokens = 0;    // prompt tokens served from the prefix cache at admission
-  // Of those, the tokens before the hit recomputed to rebuild sliding-window KV (bounded replay):
-  // computation started at num_cached_tokens - num_replay_tokens.
-  int64_t num_replay_tokens = 0;
-  int64_t num_done_tokens = 0;  // computed by finished steps (their blocks are published)
+  int64_t num_done_tokens = 0;      // computed by finished steps (their blocks are published)
   int64_t num_preemptions = 0;
   // Speculative decoding: tokens a draft model proposed after the last token, verified with it by
   // the next step (Scheduler::SetDraft); not part of `tokens` until accepted.

@@ -71,7 +71,6 @@ void Scheduler::Preempt(RequestId id, StepPlan& plan) {
   r.num_computed_tokens = 0;
   r.num_done_tokens = 0;
   r.num_cached_tokens = 0;
-  r.num_replay_tokens = 0;
   ++r.num_preemptions;
   r.draft.clear();
   running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -96,12 +95,14 @@ void Scheduler::Fail(SchedRequest& r, std::string error, StepPlan& plan) {
 StepPlan Scheduler::Schedule() {
   StepPlan plan;
   int64_t budget = config_.max_num_batched_tokens;
-  auto add_chunk = [&](SchedRequest& r, int64_t n) {
+  // n tokens of the request, and the draft tokens riding along after them.
+  auto add_chunk = [&](SchedRequest& r, int64_t n, std::vector<int32_t> draft = {}) {
     const bool sample = r.num_computed_tokens + n == r.num_tokens();
     // Until it reaches its hit, a replaying request recomputes window KV only.
     const int64_t replay_end =
         r.num_computed_tokens < r.num_cached_tokens ? r.num_cached_tokens : 0;
-    plan.chunks.push_back({r.id, r.num_computed_tokens, n, sample, replay_end, {}});
+    const auto k = static_cast<int64_t>(draft.size());
+    plan.chunks.push_back({r.id, r.num_computed_tokens, n, sample, replay_end, std::move(draft)});
     if (sample) r.tokens.push_back(kPlaceholderToken);
     if (cost_model_) {
       plan.predicted_time_s =
@@ -109,8 +110,8 @@ StepPlan Scheduler::Schedule() {
           cost_model_->Marginal(static_cast<double>(n), static_cast<double>(r.num_computed_tokens));
     }
     r.num_computed_tokens += n;
-    plan.num_tokens += n;
-    budget -= n;
+    plan.num_tokens += n + k;
+    budget -= n + k;
   };
 
   // 1. Running requests, highest priority first; decodes always run.
@@ -143,12 +144,7 @@ StepPlan Scheduler::Schedule() {
         break;
       }
     }
-    if (!self_preempted) {
-      add_chunk(r, n);
-      plan.chunks.back().draft = std::move(draft);
-      plan.num_tokens += static_cast<int64_t>(plan.chunks.back().draft.size());
-      budget -= static_cast<int64_t>(plan.chunks.back().draft.size());
-    }
+    if (!self_preempted) add_chunk(r, n, std::move(draft));
   }
 
   // 2. Waiting requests by priority and arrival, while there is room; none after a preemption
@@ -190,7 +186,6 @@ StepPlan Scheduler::Schedule() {
     waiting_.erase(waiting_.begin() + static_cast<int64_t>(next));
     r.state = RequestState::kRunning;
     r.num_cached_tokens = kv_.NumCachedTokens(id);
-    r.num_replay_tokens = r.num_cached_tokens - kv_.ReplayStart(id);
     r.num_computed_tokens = kv_.ReplayStart(id);
     auto pos = std::find_if(running_.begin(), running_.end(),
                             [&](RequestId x) { return Before(r, requests_.at(x)); });

@@ -104,14 +104,34 @@ class SpeculativeTest : public ::testing::Test {
 };
 LoadedModel* SpeculativeTest::lm_ = nullptr;
 
+// One engine setup of the equivalence tests: KV blocks, chunking, prefix caching, and whether
+// the requests arrive together or one after the other.
+struct Variant {
+  int64_t block_size, num_kv_blocks, max_batched;
+  bool caching, together, sampled = false;
+};
+
+std::string Describe(const Variant& v) {
+  return fmt::format("block {} blocks {} caching {} together {} sampled {}", v.block_size,
+                     v.num_kv_blocks, v.caching, v.together, v.sampled);
+}
+
+// The engine configuration of a variant, without speculation.
+EngineConfig ConfigFor(const Variant& v) {
+  EngineConfig cfg;
+  cfg.threads = 2;
+  cfg.block_size = v.block_size;
+  cfg.num_kv_blocks = v.num_kv_blocks;
+  cfg.enable_prefix_caching = v.caching;
+  cfg.kv_cache_dtype = KvCacheDType::kF32;
+  cfg.scheduler.max_num_batched_tokens = v.max_batched;
+  return cfg;
+}
+
 TEST_F(SpeculativeTest, OutputsMatchDecodingWithoutSpeculation) {
   Model& model = *lm_->model;
   ASSERT_TRUE(model.has_draft_layer());
   const auto prompts = Prompts(model);
-  struct Variant {
-    int64_t block_size, num_kv_blocks, max_batched;
-    bool caching, together, sampled = false;
-  };
   const Variant variants[] = {
       {16, 64, 64, true, true},        // a batch of mixed lengths
       {4, 200, 27, true, false},       // one after the other: prefix cache hits
@@ -123,16 +143,8 @@ TEST_F(SpeculativeTest, OutputsMatchDecodingWithoutSpeculation) {
   };
   int64_t drafts = 0, accepted = 0;
   for (const Variant& v : variants) {
-    SCOPED_TRACE(::testing::Message()
-                 << "block " << v.block_size << " blocks " << v.num_kv_blocks << " caching "
-                 << v.caching << " together " << v.together << " sampled " << v.sampled);
-    EngineConfig cfg;
-    cfg.threads = 2;
-    cfg.block_size = v.block_size;
-    cfg.num_kv_blocks = v.num_kv_blocks;
-    cfg.enable_prefix_caching = v.caching;
-    cfg.kv_cache_dtype = KvCacheDType::kF32;
-    cfg.scheduler.max_num_batched_tokens = v.max_batched;
+    SCOPED_TRACE(Describe(v));
+    EngineConfig cfg = ConfigFor(v);
     const RequestOptions options = v.sampled ? Sampled() : Greedy();
     const Outcome plain = RunAll(model, cfg, prompts, v.together, options);
     cfg.num_speculative_tokens = 1;
@@ -321,10 +333,6 @@ TEST_P(AcceptedDraftsTest, GiveTheSameTokens) {
   Model& model = *lm_->model;
   const std::vector<int32_t> prompt = Prompts(model)[3];
   const RequestOptions options = GetParam() ? Sampled() : Greedy();
-  struct Variant {
-    int64_t block_size, num_kv_blocks, max_batched;
-    bool caching, together;
-  };
   const Variant variants[] = {
       {16, 64, 64, true, true},   // three at once
       {4, 200, 27, true, false},  // one after the other: prefix cache hits
@@ -332,15 +340,8 @@ TEST_P(AcceptedDraftsTest, GiveTheSameTokens) {
       {16, 8, 64, false, true},   // preemption with blocks of 16
   };
   for (const Variant& v : variants) {
-    SCOPED_TRACE(::testing::Message() << "block " << v.block_size << " blocks " << v.num_kv_blocks
-                                      << " caching " << v.caching << " together " << v.together);
-    EngineConfig cfg;
-    cfg.threads = 2;
-    cfg.block_size = v.block_size;
-    cfg.num_kv_blocks = v.num_kv_blocks;
-    cfg.enable_prefix_caching = v.caching;
-    cfg.kv_cache_dtype = KvCacheDType::kF32;
-    cfg.scheduler.max_num_batched_tokens = v.max_batched;
+    SCOPED_TRACE(Describe(v));
+    EngineConfig cfg = ConfigFor(v);
     const std::vector<std::vector<int32_t>> prompts(3, prompt);
     const Outcome plain = RunAll(model, cfg, prompts, v.together, options);
     OracleDraft oracle(model, Continuation(prompt, plain));

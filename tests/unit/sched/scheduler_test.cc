@@ -177,7 +177,7 @@ TEST(Scheduler, ReplayHitComputesFromTheReplayStart) {
   EXPECT_EQ(plan.chunks[0].replay_end, 40);
   EXPECT_FALSE(plan.chunks[0].sample);
   EXPECT_EQ(h.sched_.Find(2)->num_cached_tokens, 40);
-  EXPECT_EQ(h.sched_.Find(2)->num_replay_tokens, 12);
+  EXPECT_EQ(h.kv_.NumCachedTokens(2) - h.kv_.ReplayStart(2), 12);
   h.sched_.OnStepDone(plan);
   plan = h.sched_.Schedule();
   ASSERT_EQ(plan.chunks.size(), 1u);
