@@ -1,0 +1,636 @@
+#include <cooperative_groups.h>
+
+#include <climits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/v4_mix.h"
+
+namespace dinfer::kernels::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+__device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float4 Load4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+
+__device__ __forceinline__ float Dot4(float4 a, float4 b, float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+
+template <typename T>
+__device__ __forceinline__ void Store4(T* p, float4 v) {
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float4*>(p) = v;
+  } else {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+    uint2 raw;
+    raw.x = *reinterpret_cast<const uint32_t*>(&lo);
+    raw.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(p) = raw;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void Store2(T* p, float a, float b) {
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float2*>(p) = make_float2(a, b);
+  } else {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hyper-connection mixes (HcPre and HcHead share one kernel).
+//
+// A cluster of kCluster CTAs owns a group of kG tokens; CTA `rank` owns the float4 columns
+// [v0, v1) of every stream (a dim / kCluster slice), so it reads exactly the stream values it
+// later collapses. Its threads form kT token tiles of kL k-lanes; a thread accumulates the kM
+// mixes and the sum of squares of kGt tokens over its k-lane's columns. The partials are summed
+// over the warps of a tile, then over the cluster's CTAs through distributed shared memory (in
+// rank order, so every CTA gets bit-identical totals). Every CTA then derives pre for all the
+// group's tokens; token g's post and comb (Sinkhorn, one lane per comb cell) are written by CTA
+// g % kCluster. Each CTA collapses its slice (kept in shared memory), and the sum of squares of
+// the collapsed rows meets in the cluster again for the output RMSNorm.
+
+constexpr int kCluster = 8;
+constexpr int kMixThreads = 256;
+constexpr int kMixWarps = kMixThreads / 32;
+constexpr size_t kMaxStashBytes = 160 * 1024;
+
+struct MixArgs {
+  const float* streams;
+  const int32_t* rows_index;
+  const float* fn;
+  const float* base;
+  const float* scale;
+  int64_t tokens, dim, iters;
+  float hc_eps, norm_eps;
+  float* post;
+  float* comb;
+  float* collapsed;
+  const float* norm_weight;
+  void* normed;
+};
+
+template <int kHc, bool kHead, int kT, int kGt, typename OutT>
+__global__ void __launch_bounds__(kMixThreads) HcMixKernel(MixArgs a) {
+  constexpr int kM = kHead ? kHc : (2 + kHc) * kHc;  // mixes per token
+  constexpr int kP = kM + 1;                         // partials per token: mixes, sum of squares
+  constexpr int kG = kT * kGt;                       // tokens per cluster
+  constexpr int kL = kMixThreads / kT;               // k-lanes per token tile
+  constexpr int kTileWarps = kL / 32;
+  static_assert(kL % 32 == 0, "a token tile is whole warps");
+  constexpr int kCells = kHc * kHc;
+  static_assert(32 % kCells == 0, "comb cells of a token fit in a warp");
+
+  __shared__ float red[kMixWarps][kGt * kP];
+  __shared__ float part[kG * kP];  // this CTA's partial sums, read by the whole cluster
+  __shared__ float total[kG * kP];
+  __shared__ float pre[kG][kHc];
+  __shared__ float sq_part[kG];      // this CTA's share of each collapsed row's sum of squares
+  extern __shared__ float4 stash[];  // [kG][ns]: this CTA's slice of the collapsed rows
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x / kCluster) * kG;
+  const int64_t dim = a.dim, width = kHc * dim, nvec = dim / 4;
+  const int64_t v0 = nvec * rank / kCluster, v1 = nvec * (rank + 1) / kCluster;
+  const int ns = static_cast<int>(v1 - v0);
+  const int tile = threadIdx.x / kL, lane = threadIdx.x % kL;
+  const int warp = threadIdx.x / 32, wlane = threadIdx.x % 32;
+
+  // fn does not depend on the kernel before: pull this CTA's slice towards L2 meanwhile.
+  {
+    const int lines = (ns + 7) / 8;  // 128-byte lines per (mix, stream) row of the slice
+    for (int j = threadIdx.x; j < kM * kHc * lines; j += kMixThreads) {
+      const int q = j / lines, c = (j % lines) * 8;
+      const float* addr = a.fn + (q / kHc) * width + (q % kHc) * dim + 4 * (v0 + c);
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(addr));
+    }
+  }
+  WaitForPrerequisites();
+  AllowDependents();
+
+  auto row_of = [&](int64_t t) -> int64_t {
+    return a.rows_index != nullptr ? static_cast<int64_t>(a.rows_index[t]) : t;
+  };
+
+  // 1. Partial dot products with fn and sums of squares over this CTA's slice.
+  const float* xrow[kGt];
+#pragma unroll
+  for (int g = 0; g < kGt; ++g) {
+    const int64_t t = t0 + tile * kGt + g;
+    xrow[g] = a.streams + row_of(t < a.tokens ? t : a.tokens - 1) * width;  // tail: discarded
+  }
+  float acc[kGt][kM], ss[kGt];
+#pragma unroll
+  for (int g = 0; g < kGt; ++g) {
+    ss[g] = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kM; ++m) acc[g][m] = 0.0f;
+  }
+  // The slice's kHc * ns float4 columns, flattened so that every k-lane has work.
+  for (int j = lane; j < kHc * ns; j += kL) {
+    const int i = j / ns;
+    const int64_t off = i * dim + 4 * (v0 + j - i * ns);
+    float4 xv[kGt];
+#pragma unroll
+    for (int g = 0; g < kGt; ++g) {
+      xv[g] = Load4(xrow[g] + off);
+      ss[g] = Dot4(xv[g], xv[g], ss[g]);
+    }
+    const float* f = a.fn + off;
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const float4 w = __ldg(reinterpret_cast<const float4*>(f + m * width));
+#pragma unroll
+      for (int g = 0; g < kGt; ++g) acc[g][m] = Dot4(w, xv[g], acc[g][m]);
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kGt; ++g) {
+#pragma unroll
+    for (int q = 0; q < kP; ++q) {
+      const float v = WarpSum(q < kM ? acc[g][q] : ss[g]);
+      if (wlane == 0) red[warp][g * kP + q] = v;
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < kG * kP; j += kMixThreads) {
+    const int gg = j / kP, q = j % kP, tl = gg / kGt, g = gg % kGt;
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kTileWarps; ++w) s += red[tl * kTileWarps + w][g * kP + q];
+    part[j] = s;
+  }
+  cluster.sync();
+  for (int j = threadIdx.x; j < kG * kP; j += kMixThreads) {
+    float s = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kCluster; ++r) s += cluster.map_shared_rank(part, r)[j];
+    total[j] = s;
+  }
+  __syncthreads();
+
+  // 2. pre for every token of the group; post and comb for the tokens this CTA owns.
+  const float inv_width = 1.0f / static_cast<float>(width);
+  auto inv_rms = [&](int g) { return 1.0f / sqrtf(total[g * kP + kM] * inv_width + a.norm_eps); };
+  for (int j = threadIdx.x; j < kG * kHc; j += kMixThreads) {
+    const int g = j / kHc, i = j % kHc;
+    const float mix = total[g * kP + i] * inv_rms(g);
+    pre[g][i] = Sigmoid(mix * a.scale[0] + a.base[i]) + a.hc_eps;
+  }
+  if constexpr (!kHead) {
+    constexpr int kPerWarp = 32 / kCells;
+    const int owned = kG > rank ? (kG - rank + kCluster - 1) / kCluster : 0;
+    const int cell = wlane % kCells, r = cell / kHc, c = cell % kHc;
+    const float eps = a.hc_eps;
+    for (int first = warp * kPerWarp; first < owned; first += kMixWarps * kPerWarp) {
+      const int q = first + wlane / kCells;
+      const int g = rank + kCluster * (q < owned ? q : owned - 1);
+      const int64_t t = t0 + g;
+      const bool valid = q < owned && t < a.tokens;
+      const float inv = inv_rms(g);
+      const float* tot = total + g * kP;
+      auto row_sum = [](float x) {
+#pragma unroll
+        for (int o = 1; o < kHc; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+        return x;
+      };
+      auto col_sum = [](float x) {
+#pragma unroll
+        for (int o = kHc; o < kCells; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+        return x;
+      };
+      float v = tot[2 * kHc + cell] * inv * a.scale[2] + a.base[2 * kHc + cell];
+      float mx = v;
+#pragma unroll
+      for (int o = 1; o < kHc; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float e = expf(v - mx);
+      v = e / row_sum(e) + eps;
+      v = v / (col_sum(v) + eps);
+      for (int64_t it = 1; it < a.iters; ++it) {
+        v = v / (row_sum(v) + eps);
+        v = v / (col_sum(v) + eps);
+      }
+      if (valid) {
+        a.comb[t * kCells + r * kHc + c] = v;
+        if (cell < kHc) {
+          const float m = tot[kHc + cell] * inv;
+          a.post[t * kHc + cell] = 2.0f * Sigmoid(m * a.scale[1] + a.base[kHc + cell]);
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // 3. Collapse this CTA's slice: Σ_i pre_i streams_i (one warp per token).
+  for (int g = warp; g < kG; g += kMixWarps) {
+    const int64_t t = t0 + g;
+    float s = 0.0f;
+    if (t < a.tokens) {
+      const float* x = a.streams + row_of(t) * width;
+      for (int v = wlane; v < ns; v += 32) {
+        const int64_t col = 4 * (v0 + v);
+        float4 cv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int i = 0; i < kHc; ++i) {
+          const float4 xi = Load4(x + i * dim + col);
+          const float w = pre[g][i];
+          cv.x = fmaf(w, xi.x, cv.x);
+          cv.y = fmaf(w, xi.y, cv.y);
+          cv.z = fmaf(w, xi.z, cv.z);
+          cv.w = fmaf(w, xi.w, cv.w);
+        }
+        stash[g * ns + v] = cv;
+        if (!kHead && a.collapsed != nullptr) Store4(a.collapsed + t * dim + col, cv);
+        s = Dot4(cv, cv, s);
+      }
+    }
+    s = WarpSum(s);
+    if (wlane == 0) sq_part[g] = s;
+  }
+  cluster.sync();  // sq_part is complete; every CTA is done with the others' `part`
+
+  // 4. normed = collapsed / rms(collapsed) * norm_weight.
+  if (a.normed != nullptr) {
+    const float inv_dim = 1.0f / static_cast<float>(dim);
+    for (int g = warp; g < kG; g += kMixWarps) {
+      const int64_t t = t0 + g;
+      if (t >= a.tokens) continue;
+      float s = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kCluster; ++r) s += cluster.map_shared_rank(sq_part, r)[g];
+      const float inv = 1.0f / sqrtf(s * inv_dim + a.norm_eps);
+      OutT* out = static_cast<OutT*>(a.normed) + t * dim;
+      for (int v = wlane; v < ns; v += 32) {
+        const int64_t col = 4 * (v0 + v);
+        const float4 cv = stash[g * ns + v];
+        const float4 w = Load4(a.norm_weight + col);
+        Store4(out + col, make_float4((cv.x * inv) * w.x, (cv.y * inv) * w.y, (cv.z * inv) * w.z,
+                                      (cv.w * inv) * w.w));
+      }
+    }
+    cluster.sync();  // the others' sq_part stays alive until every CTA has read it
+  }
+}
+
+template <int kHc, bool kHead, int kT, int kGt, typename OutT>
+cudaError_t LaunchMixConfig(const MixArgs& a, cudaStream_t stream) {
+  constexpr int kG = kT * kGt;
+  auto* kernel = HcMixKernel<kHc, kHead, kT, kGt, OutT>;
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxStashBytes));
+  if (attr != cudaSuccess) return attr;
+  const int64_t ns_max = (a.dim / 4 + kCluster - 1) / kCluster;
+  const size_t smem = static_cast<size_t>(kG * ns_max) * sizeof(float4);
+  if (smem > kMaxStashBytes) return cudaErrorInvalidValue;
+  const int64_t clusters = (a.tokens + kG - 1) / kG;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
+  cfg.blockDim = dim3(kMixThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = kCluster;
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 2;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
+  if (e != cudaSuccess) {  // a driver refusing programmatic launch of clusters: plain launch
+    (void)cudaGetLastError();
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, kernel, a);
+  }
+  return e;
+}
+
+// Tokens per cluster by the token count: 1 (decode: up to 16 clusters read fn), 4, or 32
+// (prefill: fn is reused across 32 tokens per CTA) when the collapsed slices fit in shared memory.
+template <bool kHead>
+cudaError_t LaunchMix(const MixArgs& a, DType normed_dtype, cudaStream_t stream) {
+  return DispatchFloat(a.normed != nullptr ? normed_dtype : DType::kF32, [&](auto o) {
+    using OutT = decltype(o);
+    const int64_t ns_max = (a.dim / 4 + kCluster - 1) / kCluster;
+    if (a.tokens <= 16) return LaunchMixConfig<4, kHead, 1, 1, OutT>(a, stream);
+    if (a.tokens <= 512 || static_cast<size_t>(32 * ns_max) * sizeof(float4) > kMaxStashBytes) {
+      return LaunchMixConfig<4, kHead, 1, 4, OutT>(a, stream);
+    }
+    return LaunchMixConfig<4, kHead, 8, 4, OutT>(a, stream);
+  });
+}
+
+bool NormedOk(const void* normed, DType dtype, const float* weight) {
+  if (normed == nullptr) return true;
+  if (weight == nullptr || !Aligned16(weight)) return false;
+  if (dtype == DType::kF32) return Aligned16(normed);
+  return dtype == DType::kBF16 && (reinterpret_cast<uintptr_t>(normed) & 7) == 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HcPost: one thread per (token, 4 columns), all hc output streams.
+
+template <int kHc>
+__global__ void __launch_bounds__(256) HcPostKernel(HcPostParams p) {
+  WaitForPrerequisites();
+  AllowDependents();
+  const int64_t dim = p.dim, nvec = dim / 4, total = p.num_tokens * nvec;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / nvec, col = 4 * (idx % nvec);
+    const float* x = p.streams + t * kHc * dim + col;
+    float4 xs[kHc];
+#pragma unroll
+    for (int j = 0; j < kHc; ++j) xs[j] = Load4(x + j * dim);
+    const float4 y = Load4(p.y + t * dim + col);
+    const float* comb = p.comb + t * kHc * kHc;
+    const float* post = p.post + t * kHc;
+#pragma unroll
+    for (int k = 0; k < kHc; ++k) {
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < kHc; ++j) {
+        const float w = comb[j * kHc + k];
+        acc.x = fmaf(w, xs[j].x, acc.x);
+        acc.y = fmaf(w, xs[j].y, acc.y);
+        acc.z = fmaf(w, xs[j].z, acc.z);
+        acc.w = fmaf(w, xs[j].w, acc.w);
+      }
+      const float pk = post[k];
+      Store4(p.out + (t * kHc + k) * dim + col,
+             make_float4(pk * y.x + acc.x, pk * y.y + acc.y, pk * y.z + acc.z, pk * y.w + acc.w));
+    }
+  }
+}
+
+int GridFor(int64_t work, int threads) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  return static_cast<int>(blocks < 132 * 16 ? (blocks > 0 ? blocks : 1) : 132 * 16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Route: one warp per token; lane l holds experts l, l + 32, ... (kPer of them).
+
+constexpr int kRouteWarps = 4;
+
+template <int kPer>
+__global__ void __launch_bounds__(kRouteWarps * 32) RouteKernel(RouteParams p) {
+  __shared__ float scores[kRouteWarps][kPer * 32];
+  WaitForPrerequisites();
+  AllowDependents();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= p.num_tokens) return;
+  const int ne = static_cast<int>(p.num_experts), k = static_cast<int>(p.top_k);
+  const float* logits = p.logits + t * p.ld;
+  float s[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int e = lane + 32 * j;
+    s[j] = e < ne ? logits[e] : 0.0f;
+  }
+  switch (p.scoring) {
+    case RouterScoring::kSqrtSoftplus:
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) s[j] = sqrtf(s[j] > 20.0f ? s[j] : log1pf(expf(s[j])));
+      break;
+    case RouterScoring::kSigmoid:
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) s[j] = Sigmoid(s[j]);
+      break;
+    case RouterScoring::kSoftmax: {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if (lane + 32 * j < ne) mx = fmaxf(mx, s[j]);
+      }
+      mx = WarpMax(mx);
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        s[j] = lane + 32 * j < ne ? expf(s[j] - mx) : 0.0f;
+        sum += s[j];
+      }
+      sum = WarpSum(sum);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) s[j] /= sum;
+      break;
+    }
+  }
+  float* sc = scores[warp];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    if (lane + 32 * j < ne) sc[lane + 32 * j] = s[j];
+  }
+  __syncwarp();
+  int32_t* experts = p.experts + t * k;
+  float* weights = p.weights + t * k;
+  float sum = 0.0f, mine = 0.0f;
+  int32_t my_expert = -1;
+  if (p.tid2eid != nullptr) {
+    const int32_t tok = p.token_ids[t];
+    if (tok < 0 || tok >= p.vocab) {
+      if (lane < k) {
+        experts[lane] = -1;
+        weights[lane] = 0.0f;
+      }
+      return;
+    }
+    const int32_t* row = p.tid2eid + static_cast<int64_t>(tok) * k;
+    for (int i = 0; i < k; ++i) {
+      const int32_t e = row[i];
+      const float w = e >= 0 && e < ne ? sc[e] : 0.0f;
+      sum += w;
+      if (i == lane) {
+        mine = w;
+        my_expert = e;
+      }
+    }
+  } else {
+    float b[kPer];
+    uint32_t taken = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int e = lane + 32 * j;
+      if (e < ne) {
+        b[j] = s[j] + (p.bias != nullptr ? p.bias[e] : 0.0f);
+      } else {
+        b[j] = 0.0f;
+        taken |= 1u << j;
+      }
+    }
+    for (int i = 0; i < k; ++i) {
+      float bv = -INFINITY;
+      int be = INT_MAX;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if (!((taken >> j) & 1u) && (b[j] > bv || (b[j] == bv && lane + 32 * j < be))) {
+          bv = b[j];
+          be = lane + 32 * j;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+        if (ov > bv || (ov == bv && oe < be)) {
+          bv = ov;
+          be = oe;
+        }
+      }
+      if (be < ne && (be & 31) == lane) taken |= 1u << (be >> 5);
+      const float w = be < ne ? sc[be] : 0.0f;
+      sum += w;
+      if (i == lane) {
+        mine = w;
+        my_expert = be < ne ? be : -1;
+      }
+    }
+  }
+  if (lane < k) {
+    experts[lane] = my_expert;
+    weights[lane] = (p.normalize ? mine / (sum + 1e-20f) : mine) * p.scaling;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// NormRope: one warp per (token, head); lane l owns the pairs l, l + 32, ...
+
+template <typename OutT>
+__global__ void __launch_bounds__(256) NormRopeKernel(NormRopeParams p) {
+  WaitForPrerequisites();
+  AllowDependents();
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= p.num_tokens * p.num_heads) return;
+  const int64_t t = row / p.num_heads, h = row % p.num_heads;
+  const int hd = static_cast<int>(p.head_dim), pairs = hd / 2;
+  const float2* x = reinterpret_cast<const float2*>(p.x + t * p.x_stride + h * hd);
+  OutT* out = static_cast<OutT*>(p.out) + t * p.out_stride + h * hd;
+  float inv = 1.0f;
+  if (p.norm) {
+    float ss = 0.0f;
+    for (int q = lane; q < pairs; q += 32) {
+      const float2 v = x[q];
+      ss = fmaf(v.x, v.x, ss);
+      ss = fmaf(v.y, v.y, ss);
+    }
+    ss = WarpSum(ss);
+    inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + p.eps);
+  }
+  const int first_rot = (hd - static_cast<int>(p.rotary_dim)) / 2;
+  const float pos =
+      p.rotary_dim > 0 ? static_cast<float>(p.positions[t] + p.position_offset) : 0.0f;
+  for (int q = lane; q < pairs; q += 32) {
+    float2 v = x[q];
+    if (p.norm) {
+      v.x *= inv;
+      v.y *= inv;
+      if (p.norm_weight != nullptr) {
+        v.x *= p.norm_weight[2 * q];
+        v.y *= p.norm_weight[2 * q + 1];
+      }
+    }
+    if (p.rotary_dim > 0 && q >= first_rot) {
+      const float angle = pos * p.inv_freq[q - first_rot];
+      float sn, cs;
+      sincosf(angle, &sn, &cs);
+      if (p.inverse) sn = -sn;
+      const float a = v.x * cs - v.y * sn, b = v.y * cs + v.x * sn;
+      v = make_float2(a, b);
+    }
+    Store2(out + 2 * q, v.x, v.y);
+  }
+}
+
+}  // namespace
+
+int HcPre(const HcPreParams& p, void* stream) {
+  if (p.num_tokens == 0) return 0;
+  if (p.hc != 4 || p.dim <= 0 || p.dim % 4 != 0 || p.num_tokens < 0 || p.iters < 0 ||
+      p.streams == nullptr || p.fn == nullptr || p.base == nullptr || p.scale == nullptr ||
+      p.post == nullptr || p.comb == nullptr || !Aligned16(p.streams) || !Aligned16(p.fn) ||
+      (p.collapsed != nullptr && !Aligned16(p.collapsed)) ||
+      !NormedOk(p.normed, p.normed_dtype, p.norm_weight)) {
+    return cudaErrorInvalidValue;
+  }
+  const MixArgs a{p.streams,    nullptr, p.fn,        p.base,        p.scale,
+                  p.num_tokens, p.dim,   p.iters,     p.hc_eps,      p.norm_eps,
+                  p.post,       p.comb,  p.collapsed, p.norm_weight, p.normed};
+  return LaunchMix<false>(a, p.normed_dtype, static_cast<cudaStream_t>(stream));
+}
+
+int HcPost(const HcPostParams& p, void* stream) {
+  if (p.num_tokens == 0) return 0;
+  if (p.hc != 4 || p.dim <= 0 || p.dim % 4 != 0 || p.num_tokens < 0 || p.streams == nullptr ||
+      p.y == nullptr || p.post == nullptr || p.comb == nullptr || p.out == nullptr ||
+      !Aligned16(p.streams) || !Aligned16(p.y) || !Aligned16(p.out)) {
+    return cudaErrorInvalidValue;
+  }
+  const int threads = 256;
+  return LaunchDependent(HcPostKernel<4>, GridFor(p.num_tokens * p.dim / 4, threads), threads, 0,
+                         static_cast<cudaStream_t>(stream), p);
+}
+
+int HcHead(const HcHeadParams& p, void* stream) {
+  if (p.rows == 0) return 0;
+  if (p.hc != 4 || p.dim <= 0 || p.dim % 4 != 0 || p.rows < 0 || p.streams == nullptr ||
+      p.fn == nullptr || p.base == nullptr || p.scale == nullptr || p.normed == nullptr ||
+      !Aligned16(p.streams) || !Aligned16(p.fn) ||
+      !NormedOk(p.normed, p.normed_dtype, p.norm_weight)) {
+    return cudaErrorInvalidValue;
+  }
+  const MixArgs a{p.streams, p.rows_index, p.fn,    p.base,  p.scale, p.rows,        p.dim,   0,
+                  p.hc_eps,  p.norm_eps,   nullptr, nullptr, nullptr, p.norm_weight, p.normed};
+  return LaunchMix<true>(a, p.normed_dtype, static_cast<cudaStream_t>(stream));
+}
+
+int Route(const RouteParams& p, void* stream) {
+  if (p.num_tokens == 0) return 0;
+  if (p.num_tokens < 0 || p.num_experts < 1 || p.num_experts > 1024 || p.top_k < 1 ||
+      p.top_k > 16 || p.top_k > p.num_experts || p.ld < p.num_experts || p.logits == nullptr ||
+      p.experts == nullptr || p.weights == nullptr ||
+      (p.tid2eid != nullptr && (p.token_ids == nullptr || p.vocab <= 0))) {
+    return cudaErrorInvalidValue;
+  }
+  const auto blocks = static_cast<unsigned>((p.num_tokens + kRouteWarps - 1) / kRouteWarps);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (p.num_experts <= 64)
+    return LaunchDependent(RouteKernel<2>, blocks, kRouteWarps * 32, 0, s, p);
+  if (p.num_experts <= 256) {
+    return LaunchDependent(RouteKernel<8>, blocks, kRouteWarps * 32, 0, s, p);
+  }
+  return LaunchDependent(RouteKernel<32>, blocks, kRouteWarps * 32, 0, s, p);
+}
+
+int NormRope(const NormRopeParams& p, void* stream) {
+  if (p.num_tokens == 0 || p.num_heads == 0) return 0;
+  const auto aligned8 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 7) == 0; };
+  if (p.num_tokens < 0 || p.num_heads < 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
+      p.rotary_dim < 0 || p.rotary_dim % 2 != 0 || p.rotary_dim > p.head_dim || p.x == nullptr ||
+      p.out == nullptr || p.x_stride % 2 != 0 || p.out_stride % 2 != 0 ||
+      p.x_stride < p.num_heads * p.head_dim || p.out_stride < p.num_heads * p.head_dim ||
+      !aligned8(p.x) || !aligned8(p.out) ||
+      (p.rotary_dim > 0 && (p.inv_freq == nullptr || p.positions == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  return DispatchFloat(p.out_dtype, [&](auto o) {
+    using OutT = decltype(o);
+    const auto blocks = static_cast<unsigned>((p.num_tokens * p.num_heads + 7) / 8);
+    return LaunchDependent(NormRopeKernel<OutT>, blocks, 256, 0, static_cast<cudaStream_t>(stream),
+                           p);
+  });
+}
+
+}  // namespace dinfer::kernels::cuda

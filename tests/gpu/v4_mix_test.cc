@@ -1,0 +1,731 @@
+// DeepSeek-V4 mixing kernels (hyper-connection pre/post/head, MoE routing, per-head norm + rotary)
+// against the CPU kernels of kernels/cpu/deepseek_v4.h and kernels/cpu/ops.h, with the
+// hyper-connection mixes computed as model/layers/hyper_connection.cc does (the CPU RmsNorm over
+// all hc * dim values of a token, then · fnᵀ). Skipped without a GPU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/deepseek_v4.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/v4_mix.h"
+
+namespace dinfer {
+namespace {
+
+using namespace gpu_test;
+namespace kc = kernels::cuda;
+namespace kcpu = kernels::cpu;
+
+constexpr int64_t kHc = 4;
+constexpr float kHcEps = 1e-6f, kNormEps = 1e-6f;
+
+template <typename T>
+T* Ptr(const cuda::DeviceBuffer& b) {
+  return static_cast<T*>(b.data());
+}
+
+// Streams [rows, hc * dim] whose rows have different magnitudes (the RMS matters).
+std::vector<float> RandomStreams(int64_t rows, int64_t dim, std::mt19937& rng) {
+  auto s = Random(rows * kHc * dim, rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float f = std::exp(nd(rng));
+    for (int64_t i = 0; i < kHc * dim; ++i) s[r * kHc * dim + i] *= f;
+  }
+  return s;
+}
+
+// mixes [rows, num_mix] = RmsNorm(streams row) · fnᵀ as the layer computes them: the CPU RmsNorm
+// kernel (no weight), then the dot products (here in double, rounded once).
+std::vector<float> LayerMixes(const std::vector<float>& streams, int64_t rows, int64_t dim,
+                              const std::vector<float>& fn, int64_t num_mix) {
+  const int64_t width = kHc * dim;
+  std::vector<float> normed(rows * width);
+  kcpu::RmsNormParams n;
+  n.x = streams.data();
+  n.out = normed.data();
+  n.rows = rows;
+  n.dim = width;
+  n.eps = kNormEps;
+  kcpu::RmsNorm(n);
+  std::vector<float> mixes(rows * num_mix);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t m = 0; m < num_mix; ++m) {
+      double s = 0;
+      for (int64_t k = 0; k < width; ++k) s += double{normed[r * width + k]} * fn[m * width + k];
+      mixes[r * num_mix + m] = static_cast<float>(s);
+    }
+  }
+  return mixes;
+}
+
+std::vector<float> RmsNormRows(const std::vector<float>& x, int64_t rows, int64_t dim,
+                               const std::vector<float>& weight) {
+  std::vector<float> out(rows * dim);
+  kcpu::RmsNormParams n;
+  n.x = x.data();
+  n.weight = weight.data();
+  n.out = out.data();
+  n.rows = rows;
+  n.dim = dim;
+  n.eps = kNormEps;
+  kcpu::RmsNorm(n);
+  return out;
+}
+
+struct HcHeadless {
+  std::vector<float> fn, base, scale, weight;
+};
+
+HcHeadless RandomHcWeights(int64_t num_mix, int64_t dim, std::mt19937& rng) {
+  HcHeadless w;
+  w.fn = Random(num_mix * kHc * dim, rng, 1.0f / std::sqrt(static_cast<float>(kHc * dim)));
+  w.base = Random(num_mix, rng, 0.5f);
+  w.scale = {0.8f, 1.3f, 1.7f};
+  w.weight = Random(dim, rng, 0.2f);
+  for (auto& x : w.weight) x += 1.0f;
+  return w;
+}
+
+// ------------------------------------------------------------------------------------------
+struct PreCase {
+  int64_t tokens, dim;
+  DType dtype;
+  bool collapsed, normed;
+};
+
+std::ostream& operator<<(std::ostream& os, const PreCase& c) {
+  return os << c.tokens << " tokens, dim " << c.dim << " " << DTypeName(c.dtype)
+            << (c.collapsed ? " collapsed" : "") << (c.normed ? " normed" : "");
+}
+
+class V4MixHcPreTest : public ::testing::TestWithParam<PreCase> {};
+
+TEST_P(V4MixHcPreTest, MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const PreCase c = GetParam();
+  const int64_t n = c.tokens, dim = c.dim, mix = (2 + kHc) * kHc, iters = 20;
+  std::mt19937 rng(static_cast<uint32_t>(n * 131 + dim));
+  const auto streams = RandomStreams(n, dim, rng);
+  const auto w = RandomHcWeights(mix, dim, rng);
+
+  const auto mixes = LayerMixes(streams, n, dim, w.fn, mix);
+  std::vector<float> want_collapsed(n * dim), want_post(n * kHc), want_comb(n * kHc * kHc);
+  kcpu::HcPreParams ref;
+  ref.streams = streams.data();
+  ref.mixes = mixes.data();
+  ref.base = w.base.data();
+  ref.scale = w.scale.data();
+  ref.num_tokens = n;
+  ref.hc = kHc;
+  ref.dim = dim;
+  ref.iters = iters;
+  ref.eps = kHcEps;
+  ref.collapsed = want_collapsed.data();
+  ref.post = want_post.data();
+  ref.comb = want_comb.data();
+  kcpu::HcPre(ref);
+  const auto want_normed = RmsNormRows(want_collapsed, n, dim, w.weight);
+
+  auto d_streams = Upload(streams, DType::kF32);
+  auto d_fn = Upload(w.fn, DType::kF32);
+  auto d_base = Upload(w.base, DType::kF32);
+  auto d_scale = Upload(w.scale, DType::kF32);
+  auto d_weight = Upload(w.weight, DType::kF32);
+  auto d_post = Poisoned(n * kHc, DType::kF32);
+  auto d_comb = Poisoned(n * kHc * kHc, DType::kF32);
+  auto d_collapsed = Poisoned(n * dim, DType::kF32);
+  auto d_normed = Poisoned(n * dim, c.dtype);
+  kc::HcPreParams p;
+  p.streams = Ptr<float>(d_streams);
+  p.fn = Ptr<float>(d_fn);
+  p.base = Ptr<float>(d_base);
+  p.scale = Ptr<float>(d_scale);
+  p.num_tokens = n;
+  p.hc = kHc;
+  p.dim = dim;
+  p.iters = iters;
+  p.hc_eps = kHcEps;
+  p.norm_eps = kNormEps;
+  p.post = Ptr<float>(d_post);
+  p.comb = Ptr<float>(d_comb);
+  p.collapsed = c.collapsed ? Ptr<float>(d_collapsed) : nullptr;
+  p.norm_weight = Ptr<float>(d_weight);
+  p.normed = c.normed ? d_normed.data() : nullptr;
+  p.normed_dtype = c.dtype;
+  ASSERT_CUDA_OK(kc::HcPre(p, nullptr));
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+
+  // f32 against the CPU's f32: the mixes differ only in summation order (~1e-6 relative over
+  // 16384 terms), which the sigmoid/softmax/Sinkhorn do not amplify.
+  const double post_err = RelError(Download(d_post, n * kHc, DType::kF32), want_post);
+  const double comb_err = RelError(Download(d_comb, n * kHc * kHc, DType::kF32), want_comb);
+  EXPECT_LT(post_err, 2e-5) << c;
+  EXPECT_LT(comb_err, 2e-5) << c;
+  if (c.collapsed) {
+    const double err = RelError(Download(d_collapsed, n * dim, DType::kF32), want_collapsed);
+    EXPECT_LT(err, 2e-5) << c;
+  }
+  if (c.normed) {
+    const double err = RelError(Download(d_normed, n * dim, c.dtype), want_normed);
+    EXPECT_LT(err, Tolerance(c.dtype)) << c;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, V4MixHcPreTest,
+    ::testing::Values(PreCase{1, 64, DType::kBF16, true, true},
+                      PreCase{5, 96, DType::kF32, true, true},
+                      PreCase{16, 4, DType::kF32, true, true},  // fewer columns than CTAs
+                      PreCase{37, 64, DType::kBF16, false, true},
+                      PreCase{600, 96, DType::kF32, true, true},  // 32 per cluster, a tail
+                      PreCase{3, 4096, DType::kBF16, true, true},
+                      PreCase{64, 4096, DType::kF32, true, false},
+                      PreCase{530, 4096, DType::kBF16, false, true}));
+
+// ------------------------------------------------------------------------------------------
+class V4MixHcPostTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+TEST_P(V4MixHcPostTest, MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto [n, dim] = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(n * 7 + dim));
+  const auto streams = RandomStreams(n, dim, rng);
+  const auto y = Random(n * dim, rng);
+  const auto post = Random(n * kHc, rng);
+  const auto comb = Random(n * kHc * kHc, rng, 0.5f);
+  std::vector<float> want(n * kHc * dim);
+  kcpu::HcPostParams ref;
+  ref.streams = streams.data();
+  ref.y = y.data();
+  ref.post = post.data();
+  ref.comb = comb.data();
+  ref.num_tokens = n;
+  ref.hc = kHc;
+  ref.dim = dim;
+  ref.out = want.data();
+  kcpu::HcPost(ref);
+
+  auto d_streams = Upload(streams, DType::kF32);
+  auto d_y = Upload(y, DType::kF32);
+  auto d_post = Upload(post, DType::kF32);
+  auto d_comb = Upload(comb, DType::kF32);
+  auto d_out = Poisoned(n * kHc * dim, DType::kF32);
+  kc::HcPostParams p;
+  p.streams = Ptr<float>(d_streams);
+  p.y = Ptr<float>(d_y);
+  p.post = Ptr<float>(d_post);
+  p.comb = Ptr<float>(d_comb);
+  p.num_tokens = n;
+  p.hc = kHc;
+  p.dim = dim;
+  p.out = Ptr<float>(d_out);
+  ASSERT_CUDA_OK(kc::HcPost(p, nullptr));
+  // Same f32 operations up to fused multiply-adds: a few ulp.
+  EXPECT_LT(RelError(Download(d_out, n * kHc * dim, DType::kF32), want), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, V4MixHcPostTest,
+                         ::testing::Values(std::make_tuple(int64_t{1}, int64_t{64}),
+                                           std::make_tuple(int64_t{7}, int64_t{96}),
+                                           std::make_tuple(int64_t{33}, int64_t{4}),
+                                           std::make_tuple(int64_t{300}, int64_t{4096})));
+
+// ------------------------------------------------------------------------------------------
+struct HeadCase {
+  int64_t stream_rows, dim;
+  DType dtype;
+  bool gather;
+};
+
+std::ostream& operator<<(std::ostream& os, const HeadCase& c) {
+  return os << c.stream_rows << " rows, dim " << c.dim << " " << DTypeName(c.dtype)
+            << (c.gather ? " gathered" : "");
+}
+
+class V4MixHcHeadTest : public ::testing::TestWithParam<HeadCase> {};
+
+TEST_P(V4MixHcHeadTest, MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const HeadCase c = GetParam();
+  const int64_t dim = c.dim, width = kHc * dim;
+  std::mt19937 rng(static_cast<uint32_t>(c.stream_rows * 17 + dim));
+  const auto streams = RandomStreams(c.stream_rows, dim, rng);
+  const auto w = RandomHcWeights(kHc, dim, rng);
+  const float scale = 1.3f;
+  // Gathered rows: every other row, last first (the logits rows of a batch).
+  std::vector<int32_t> index;
+  if (c.gather) {
+    for (int64_t r = c.stream_rows - 1; r >= 0; r -= 2) index.push_back(static_cast<int32_t>(r));
+  } else {
+    index.resize(c.stream_rows);
+    std::iota(index.begin(), index.end(), 0);
+  }
+  const int64_t rows = static_cast<int64_t>(index.size());
+  std::vector<float> gathered(rows * width);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(streams.begin() + index[r] * width, width, gathered.begin() + r * width);
+  }
+  const auto mixes = LayerMixes(gathered, rows, dim, w.fn, kHc);
+  std::vector<float> x(rows * dim);
+  kcpu::HcHeadParams ref;
+  ref.streams = gathered.data();
+  ref.mixes = mixes.data();
+  ref.base = w.base.data();
+  ref.scale = scale;
+  ref.num_tokens = rows;
+  ref.hc = kHc;
+  ref.dim = dim;
+  ref.eps = kHcEps;
+  ref.out = x.data();
+  kcpu::HcHead(ref);
+  const auto want = RmsNormRows(x, rows, dim, w.weight);
+
+  auto d_streams = Upload(streams, DType::kF32);
+  auto d_index = UploadRaw(index);
+  auto d_fn = Upload(w.fn, DType::kF32);
+  auto d_base = Upload(w.base, DType::kF32);
+  auto d_scale = Upload({scale}, DType::kF32);
+  auto d_weight = Upload(w.weight, DType::kF32);
+  auto d_out = Poisoned(rows * dim, c.dtype);
+  kc::HcHeadParams p;
+  p.streams = Ptr<float>(d_streams);
+  p.rows_index = c.gather ? Ptr<int32_t>(d_index) : nullptr;
+  p.fn = Ptr<float>(d_fn);
+  p.base = Ptr<float>(d_base);
+  p.scale = Ptr<float>(d_scale);
+  p.rows = rows;
+  p.hc = kHc;
+  p.dim = dim;
+  p.hc_eps = kHcEps;
+  p.norm_eps = kNormEps;
+  p.norm_weight = Ptr<float>(d_weight);
+  p.normed = d_out.data();
+  p.normed_dtype = c.dtype;
+  ASSERT_CUDA_OK(kc::HcHead(p, nullptr));
+  EXPECT_LT(RelError(Download(d_out, rows * dim, c.dtype), want), Tolerance(c.dtype)) << c;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, V4MixHcHeadTest,
+                         ::testing::Values(HeadCase{1, 64, DType::kF32, false},
+                                           HeadCase{17, 96, DType::kBF16, true},
+                                           HeadCase{80, 4096, DType::kF32, true},
+                                           HeadCase{600, 64, DType::kF32, false},
+                                           HeadCase{1100, 96, DType::kBF16, true}));
+
+// ------------------------------------------------------------------------------------------
+struct RouteCase {
+  int64_t tokens, experts, top_k;
+  kc::RouterScoring scoring;
+  bool bias, normalize;
+  bool ties = false;  // logits (and bias) on a coarse grid: many exact ties
+};
+
+std::ostream& operator<<(std::ostream& os, const RouteCase& c) {
+  return os << c.tokens << " tokens, " << c.experts << " experts top " << c.top_k << " scoring "
+            << static_cast<int>(c.scoring) << (c.bias ? " bias" : "")
+            << (c.normalize ? " normalized" : "") << (c.ties ? " ties" : "");
+}
+
+class V4MixRouteTest : public ::testing::TestWithParam<RouteCase> {};
+
+TEST_P(V4MixRouteTest, MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const RouteCase c = GetParam();
+  const int64_t n = c.tokens, e = c.experts, k = c.top_k, ld = e + 3;
+  std::mt19937 rng(static_cast<uint32_t>(n * 31 + e * 7 + k + static_cast<int>(c.scoring)));
+  auto logits = Random(n * ld, rng, 2.0f);
+  auto bias = Random(e, rng, 0.3f);
+  if (c.ties) {
+    for (auto& x : logits) x = std::round(x * 2.0f) / 2.0f;
+    for (auto& x : bias) x = std::round(x * 4.0f) / 4.0f;
+  }
+  std::vector<float> dense(n * e);
+  for (int64_t t = 0; t < n; ++t) std::copy_n(logits.begin() + t * ld, e, dense.begin() + t * e);
+  const float scaling = 2.5f;
+  std::vector<int32_t> want_experts(n * k);
+  std::vector<float> want_weights(n * k);
+  kcpu::RouterParams ref;
+  ref.logits = dense.data();
+  ref.num_tokens = n;
+  ref.num_experts = e;
+  ref.top_k = k;
+  ref.scoring = static_cast<kcpu::RouterScoring>(static_cast<int>(c.scoring));
+  ref.bias = c.bias ? bias.data() : nullptr;
+  ref.normalize = c.normalize;
+  ref.scaling = scaling;
+  ref.experts = want_experts.data();
+  ref.weights = want_weights.data();
+  kcpu::Route(ref);
+
+  auto d_logits = Upload(logits, DType::kF32);
+  auto d_bias = Upload(bias, DType::kF32);
+  auto d_experts = Poisoned(n * k, DType::kF32);
+  auto d_weights = Poisoned(n * k, DType::kF32);
+  kc::RouteParams p;
+  p.logits = Ptr<float>(d_logits);
+  p.ld = ld;
+  p.num_tokens = n;
+  p.num_experts = e;
+  p.top_k = k;
+  p.scoring = c.scoring;
+  p.bias = c.bias ? Ptr<float>(d_bias) : nullptr;
+  p.normalize = c.normalize;
+  p.scaling = scaling;
+  p.experts = Ptr<int32_t>(d_experts);
+  p.weights = Ptr<float>(d_weights);
+  ASSERT_CUDA_OK(kc::Route(p, nullptr));
+  const auto got_experts = DownloadRaw<int32_t>(d_experts, n * k);
+  const auto got_weights = Download(d_weights, n * k, DType::kF32);
+
+  // The scores' last bit may differ (device expf/log1pf vs libm, softmax summation order), so
+  // a near-tie (scores + bias within 1e-5) may resolve the other way; exact ties may not. Count
+  // such tokens; the weights are compared on the tokens whose choice matches.
+  std::vector<float> scores(n * e);
+  {
+    kcpu::RouterParams s = ref;  // the scores: top_k = experts, no normalisation
+    std::vector<int32_t> ex(n * e);
+    s.top_k = e;
+    s.bias = nullptr;
+    s.normalize = false;
+    s.scaling = 1.0f;
+    s.experts = ex.data();
+    std::vector<float> wts(n * e);
+    s.weights = wts.data();
+    kcpu::Route(s);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t i = 0; i < e; ++i) scores[t * e + ex[t * e + i]] = wts[t * e + i];
+    }
+  }
+  int64_t near_ties = 0;
+  std::vector<float> got_w, want_w;
+  for (int64_t t = 0; t < n; ++t) {
+    bool same = true;
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t g = got_experts[t * k + i], wnt = want_experts[t * k + i];
+      if (g == wnt) continue;
+      same = false;
+      ASSERT_TRUE(g >= 0 && g < e) << c << " token " << t;
+      auto biased = [&](int32_t x) { return scores[t * e + x] + (c.bias ? bias[x] : 0.0f); };
+      EXPECT_FALSE(c.ties) << c << " token " << t << " slot " << i << ": " << g << " vs " << wnt;
+      EXPECT_NEAR(biased(g), biased(wnt), 1e-5) << c << " token " << t << " slot " << i;
+    }
+    if (!same) {
+      ++near_ties;
+      continue;
+    }
+    for (int64_t i = 0; i < k; ++i) {
+      got_w.push_back(got_weights[t * k + i]);
+      want_w.push_back(want_weights[t * k + i]);
+    }
+  }
+  EXPECT_LE(near_ties, std::max<int64_t>(1, n / 500)) << c;
+  EXPECT_LT(RelError(got_w, want_w), 1e-5) << c;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Scorings, V4MixRouteTest,
+    ::testing::Values(RouteCase{1, 256, 6, kc::RouterScoring::kSqrtSoftplus, true, true},
+                      RouteCase{777, 256, 6, kc::RouterScoring::kSqrtSoftplus, true, true},
+                      RouteCase{300, 256, 6, kc::RouterScoring::kSqrtSoftplus, false, false},
+                      RouteCase{300, 256, 8, kc::RouterScoring::kSoftmax, false, true},
+                      RouteCase{300, 64, 4, kc::RouterScoring::kSoftmax, true, false},
+                      RouteCase{300, 256, 8, kc::RouterScoring::kSigmoid, true, true},
+                      RouteCase{100, 1000, 16, kc::RouterScoring::kSigmoid, false, true},
+                      RouteCase{100, 37, 3, kc::RouterScoring::kSqrtSoftplus, true, true},
+                      RouteCase{200, 256, 6, kc::RouterScoring::kSqrtSoftplus, true, true, true},
+                      RouteCase{200, 256, 6, kc::RouterScoring::kSqrtSoftplus, false, true, true},
+                      RouteCase{200, 256, 8, kc::RouterScoring::kSoftmax, false, true, true},
+                      RouteCase{200, 1000, 16, kc::RouterScoring::kSigmoid, true, false, true}));
+
+TEST(V4MixRouteHashTest, MatchesCpuAndMasksUnknownTokens) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 97, e = 256, k = 6, vocab = 50;
+  std::mt19937 rng(5);
+  auto logits = Random(n * e, rng, 2.0f);
+  std::vector<int32_t> tid2eid(vocab * k);
+  for (auto& x : tid2eid) x = static_cast<int32_t>(rng() % e);
+  std::vector<int32_t> ids(n);
+  for (int64_t t = 0; t < n; ++t) ids[t] = static_cast<int32_t>(rng() % vocab);
+  ids[3] = -1;
+  ids[10] = static_cast<int32_t>(vocab);
+  ids[50] = 100000;
+  std::vector<int32_t> hash(n * k);
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t id = ids[t] >= 0 && ids[t] < vocab ? ids[t] : 0;
+    std::copy_n(tid2eid.begin() + id * k, k, hash.begin() + t * k);
+  }
+  std::vector<int32_t> want_experts(n * k);
+  std::vector<float> want_weights(n * k);
+  kcpu::RouterParams ref;
+  ref.logits = logits.data();
+  ref.num_tokens = n;
+  ref.num_experts = e;
+  ref.top_k = k;
+  ref.scoring = kcpu::RouterScoring::kSqrtSoftplus;
+  ref.hash_experts = hash.data();
+  ref.normalize = true;
+  ref.scaling = 1.5f;
+  ref.experts = want_experts.data();
+  ref.weights = want_weights.data();
+  kcpu::Route(ref);
+  for (int64_t t : {3, 10, 50}) {
+    std::fill_n(want_experts.begin() + t * k, k, -1);
+    std::fill_n(want_weights.begin() + t * k, k, 0.0f);
+  }
+
+  auto d_logits = Upload(logits, DType::kF32);
+  auto d_tid2eid = UploadRaw(tid2eid);
+  auto d_ids = UploadRaw(ids);
+  auto d_experts = Poisoned(n * k, DType::kF32);
+  auto d_weights = Poisoned(n * k, DType::kF32);
+  kc::RouteParams p;
+  p.logits = Ptr<float>(d_logits);
+  p.ld = e;
+  p.num_tokens = n;
+  p.num_experts = e;
+  p.top_k = k;
+  p.scoring = kc::RouterScoring::kSqrtSoftplus;
+  p.tid2eid = Ptr<int32_t>(d_tid2eid);
+  p.token_ids = Ptr<int32_t>(d_ids);
+  p.vocab = vocab;
+  p.normalize = true;
+  p.scaling = 1.5f;
+  p.experts = Ptr<int32_t>(d_experts);
+  p.weights = Ptr<float>(d_weights);
+  ASSERT_CUDA_OK(kc::Route(p, nullptr));
+  EXPECT_EQ(DownloadRaw<int32_t>(d_experts, n * k), want_experts);
+  EXPECT_LT(RelError(Download(d_weights, n * k, DType::kF32), want_weights), 1e-5);
+}
+
+// ------------------------------------------------------------------------------------------
+struct RopeCase {
+  int64_t tokens, heads, head_dim, rotary_dim;
+  bool norm, weight, inverse;
+  int32_t offset;
+  DType dtype;
+  bool in_place;
+};
+
+std::ostream& operator<<(std::ostream& os, const RopeCase& c) {
+  return os << c.tokens << "x" << c.heads << " d" << c.head_dim << " rotary " << c.rotary_dim
+            << (c.norm ? " norm" : "") << (c.weight ? " weight" : "")
+            << (c.inverse ? " inverse" : "") << " offset " << c.offset << " " << DTypeName(c.dtype)
+            << (c.in_place ? " in place" : "");
+}
+
+class V4MixNormRopeTest : public ::testing::TestWithParam<RopeCase> {};
+
+TEST_P(V4MixNormRopeTest, MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const RopeCase c = GetParam();
+  const int64_t n = c.tokens, h = c.heads, hd = c.head_dim, rd = c.rotary_dim, width = h * hd;
+  const int64_t x_stride = width + 6, out_stride = c.in_place ? x_stride : width + 2;
+  std::mt19937 rng(static_cast<uint32_t>(n * 3 + hd + rd));
+  const auto x = Random(n * x_stride, rng, 3.0f);
+  auto weight = Random(hd, rng, 0.2f);
+  for (auto& v : weight) v += 1.0f;
+  std::vector<float> inv_freq(rd / 2);
+  for (int64_t i = 0; i < rd / 2; ++i) {
+    inv_freq[i] = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(rd));
+  }
+  std::vector<int32_t> positions(n), shifted(n);
+  for (int64_t t = 0; t < n; ++t) {
+    positions[t] = t % 3 == 0 ? static_cast<int32_t>(t) : static_cast<int32_t>(rng() % 200000);
+    shifted[t] = positions[t] + c.offset;
+  }
+
+  std::vector<float> want(n * width);
+  for (int64_t t = 0; t < n; ++t)
+    std::copy_n(x.begin() + t * x_stride, width, want.begin() + t * width);
+  if (c.norm) {
+    kcpu::RmsNormParams r;
+    r.x = want.data();
+    r.weight = c.weight ? weight.data() : nullptr;
+    r.out = want.data();
+    r.rows = n * h;
+    r.dim = hd;
+    r.eps = kNormEps;
+    kcpu::RmsNorm(r);
+  }
+  if (rd > 0) {
+    kcpu::RopeParams r;
+    r.x = want.data();
+    r.rows = n;
+    r.num_heads = h;
+    r.head_dim = hd;
+    r.rotary_dim = rd;
+    r.rotary_offset = hd - rd;
+    r.positions = shifted.data();
+    r.inv_freq = inv_freq.data();
+    r.interleaved = true;
+    r.inverse = c.inverse;
+    kcpu::Rope(r);
+  }
+
+  auto d_x = Upload(x, DType::kF32);
+  auto d_out = Poisoned(n * out_stride, c.dtype);
+  auto d_weight = Upload(weight, DType::kF32);
+  auto d_freq = Upload(inv_freq, DType::kF32);
+  auto d_pos = UploadRaw(positions);
+  kc::NormRopeParams p;
+  p.x = Ptr<float>(d_x);
+  p.x_stride = x_stride;
+  p.out = c.in_place ? d_x.data() : d_out.data();
+  p.out_stride = out_stride;
+  p.out_dtype = c.dtype;
+  p.num_tokens = n;
+  p.num_heads = h;
+  p.head_dim = hd;
+  p.norm = c.norm;
+  p.norm_weight = c.weight ? Ptr<float>(d_weight) : nullptr;
+  p.eps = kNormEps;
+  p.rotary_dim = rd;
+  p.inv_freq = rd > 0 ? Ptr<float>(d_freq) : nullptr;
+  p.positions = Ptr<int32_t>(d_pos);
+  p.position_offset = c.offset;
+  p.inverse = c.inverse;
+  ASSERT_CUDA_OK(kc::NormRope(p, nullptr));
+  const auto all = Download(c.in_place ? d_x : d_out, n * out_stride, c.dtype);
+  std::vector<float> got(n * width);
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy_n(all.begin() + t * out_stride, width, got.begin() + t * width);
+    for (int64_t i = width; i < out_stride; ++i) {
+      // Columns past the heads are left alone (the input's there when in place, else poison).
+      if (c.in_place) {
+        ASSERT_EQ(all[t * out_stride + i], x[t * x_stride + i]) << c;
+      } else {
+        ASSERT_TRUE(std::isnan(all[t * out_stride + i])) << c;
+      }
+    }
+  }
+  EXPECT_LT(RelError(got, want), Tolerance(c.dtype)) << c;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, V4MixNormRopeTest,
+    ::testing::Values(RopeCase{7, 3, 64, 64, true, true, false, 0, DType::kF32, true},
+                      RopeCase{17, 4, 512, 64, true, true, false, 5, DType::kBF16, false},
+                      RopeCase{5, 2, 128, 0, true, false, false, 0, DType::kF32, false},
+                      RopeCase{9, 3, 96, 32, false, false, true, -3, DType::kF32, true},
+                      RopeCase{33, 8, 512, 64, true, false, true, 0, DType::kBF16, false},
+                      RopeCase{3, 1, 62, 30, true, true, false, 7, DType::kF32, false},
+                      RopeCase{40, 2, 512, 64, false, false, false, 1000, DType::kF32, false}));
+
+// ------------------------------------------------------------------------------------------
+// Times HcPre (normed bf16 output, the sublayer's input) + HcPost at V4-Flash's width, cycling
+// through 48 copies of fn (72 MB) so that fn comes from HBM as it does across the layers.
+TEST(V4MixPerf, HcPrePostTimes) {
+  SKIP_WITHOUT_GPU();
+  const int64_t dim = 4096, width = kHc * dim, mix = (2 + kHc) * kHc, max_tokens = 4096;
+  const int copies = 48;
+  auto alloc = [](size_t bytes) {
+    auto b = cuda::DeviceBuffer::Allocate(bytes);
+    EXPECT_TRUE(b.ok());
+    return std::move(*b);
+  };
+  auto streams = alloc(max_tokens * width * 4), out = alloc(max_tokens * width * 4);
+  auto fn = alloc(static_cast<size_t>(copies) * mix * width * 4);
+  auto y = alloc(max_tokens * dim * 4), normed = alloc(max_tokens * dim * 2);
+  auto post = alloc(max_tokens * kHc * 4), comb = alloc(max_tokens * kHc * kHc * 4);
+  ASSERT_CUDA_OK(kc::FillRandom(streams.data(), DType::kF32, max_tokens * width, 1, 1.0f, nullptr));
+  ASSERT_CUDA_OK(kc::FillRandom(y.data(), DType::kF32, max_tokens * dim, 2, 1.0f, nullptr));
+  ASSERT_CUDA_OK(kc::FillRandom(fn.data(), DType::kF32, copies * mix * width, 3, 0.01f, nullptr));
+  std::mt19937 rng(1);
+  auto base = Upload(Random(mix, rng, 0.5f), DType::kF32);
+  auto scale = Upload({0.8f, 1.3f, 1.7f}, DType::kF32);
+  std::vector<float> ones(dim, 1.0f);
+  auto weight = Upload(ones, DType::kF32);
+  cudaEvent_t start, stop;
+  ASSERT_CUDA_OK(cudaEventCreate(&start));
+  ASSERT_CUDA_OK(cudaEventCreate(&stop));
+  for (int64_t tokens : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
+    kc::HcPreParams pre;
+    pre.streams = Ptr<float>(streams);
+    pre.base = Ptr<float>(base);
+    pre.scale = Ptr<float>(scale);
+    pre.num_tokens = tokens;
+    pre.hc = kHc;
+    pre.dim = dim;
+    pre.iters = 20;
+    pre.hc_eps = kHcEps;
+    pre.post = Ptr<float>(post);
+    pre.comb = Ptr<float>(comb);
+    pre.norm_weight = Ptr<float>(weight);
+    pre.normed = normed.data();
+    pre.normed_dtype = DType::kBF16;
+    kc::HcPostParams pp;
+    pp.streams = Ptr<float>(streams);
+    pp.y = Ptr<float>(y);
+    pp.post = Ptr<float>(post);
+    pp.comb = Ptr<float>(comb);
+    pp.num_tokens = tokens;
+    pp.hc = kHc;
+    pp.dim = dim;
+    pp.out = Ptr<float>(out);
+    auto fn_copy = [&](int i) {
+      return Ptr<float>(fn) + static_cast<int64_t>(i % copies) * mix * width;
+    };
+    const int iters = tokens >= 1024 ? 20 : 200;
+    float ms[3] = {};
+    for (int which = 0; which < 3; ++which) {  // 0: pre, 1: post, 2: both
+      for (int i = 0; i < iters + 5; ++i) {
+        if (i == 5) {
+          ASSERT_CUDA_OK(cudaEventRecord(start, nullptr));
+        }
+        pre.fn = fn_copy(i);
+        if (which != 1) {
+          ASSERT_CUDA_OK(kc::HcPre(pre, nullptr));
+        }
+        if (which != 0) {
+          ASSERT_CUDA_OK(kc::HcPost(pp, nullptr));
+        }
+      }
+      ASSERT_CUDA_OK(cudaEventRecord(stop, nullptr));
+      ASSERT_CUDA_OK(cudaEventSynchronize(stop));
+      ASSERT_CUDA_OK(cudaEventElapsedTime(&ms[which], start, stop));
+      ms[which] *= 1000.0f / iters;
+    }
+    std::printf(
+        "[V4MixPerf] hc 4 dim 4096, %5lld tokens: HcPre %8.2f us, HcPost %8.2f us, "
+        "HcPre+HcPost %8.2f us\n",
+        static_cast<long long>(tokens), ms[0], ms[1], ms[2]);
+  }
+  // The router at V4-Flash's 256 experts, top 6.
+  for (int64_t tokens : {int64_t{1}, int64_t{64}, int64_t{8192}}) {
+    auto logits = alloc(tokens * 256 * 4), ex = alloc(tokens * 6 * 4), wt = alloc(tokens * 6 * 4);
+    ASSERT_CUDA_OK(kc::FillRandom(logits.data(), DType::kF32, tokens * 256, 4, 3.0f, nullptr));
+    kc::RouteParams r;
+    r.logits = Ptr<float>(logits);
+    r.ld = 256;
+    r.num_tokens = tokens;
+    r.num_experts = 256;
+    r.top_k = 6;
+    r.bias = Ptr<float>(logits);  // any 256 floats
+    r.experts = Ptr<int32_t>(ex);
+    r.weights = Ptr<float>(wt);
+    const int iters = 100;
+    for (int i = 0; i < iters + 5; ++i) {
+      if (i == 5) {
+        ASSERT_CUDA_OK(cudaEventRecord(start, nullptr));
+      }
+      ASSERT_CUDA_OK(kc::Route(r, nullptr));
+    }
+    ASSERT_CUDA_OK(cudaEventRecord(stop, nullptr));
+    ASSERT_CUDA_OK(cudaEventSynchronize(stop));
+    float ms = 0;
+    ASSERT_CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
+    std::printf("[V4MixPerf] Route 256 experts top 6, %5lld tokens: %8.2f us\n",
+                static_cast<long long>(tokens), ms * 1000.0f / iters);
+  }
+  ASSERT_CUDA_OK(cudaEventDestroy(start));
+  ASSERT_CUDA_OK(cudaEventDestroy(stop));
+}
+
+}  // namespace
+}  // namespace dinfer
