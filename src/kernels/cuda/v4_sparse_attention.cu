@@ -159,7 +159,7 @@ __global__ void WriteWindowKernel(V4SparseAttentionParams p) {
   }
 }
 
-// ---- 2a. Tensor cores: bf16 planes, head_dim % 64 == 0, up to 512. ----
+// ---- 2a. Tensor cores: bf16 planes, head_dim 64, 128, 256 or 512. ----
 template <int D>
 struct TcConfig {
   static constexpr int kWarps = 16, kThreads = 32 * kWarps;

@@ -14,7 +14,7 @@
 //  3. With rotary_dim > 0, the interleaved pairs (2i, 2i + 1) of the last rotary_dim dims of every
 //     head of out are rotated by -(positions[t] * inv_freq[i]) (f32 angle, as kernels/cpu Rope).
 // Two attention kernels, chosen by dtype and shape:
-//  - Tensor cores (window and compressed planes bf16, head_dim a multiple of 64 up to 512): a CTA
+//  - Tensor cores (window and compressed planes bf16, head_dim 64, 128, 256 or 512): a CTA
 //    of 16 warps takes one token, 64 query heads (more heads: more CTAs) and one split of its key
 //    list; warp (m, d) owns heads 16m..16m+15 and dims [d·D/4, (d+1)·D/4). Tiles of 32 key rows
 //    are gathered with cp.async (3 stages) and each row is read once for all 64 heads. S = Q·Kᵀ
@@ -28,7 +28,7 @@
 // sink, applies the rotary and stores; otherwise the attention kernel finishes in place.
 // Layouts: q [tokens, q_stride] f32|bf16 (head h at column h * head_dim); out [tokens, out_stride]
 // f32|bf16; window_kv [blocks, block_size, head_dim]; compressed [blocks, rows_per_block,
-// head_dim]; planes f32|bf16, rows 16-byte aligned for the tensor-core path (head_dim % 64 == 0).
+// head_dim]; planes f32|bf16 (16-byte aligned bases for the tensor-core path).
 // Limits: head_dim ≤ 1024; rotary_dim even, ≤ head_dim, with head_dim - rotary_dim even.
 // No host synchronisation, no allocation; grid shapes depend only on the params' sizes.
 #pragma once
