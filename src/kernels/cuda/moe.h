@@ -1,0 +1,100 @@
+// CUDA kernels of the mixture-of-experts layer after routing (model/layers/moe.cc Forward): the
+// permutation of the (token, expert) pairs by expert, the grouped expert product on the permuted
+// rows, the clamped SwiGLU between the two products, and the weighted combine back into token
+// order. Routing gives experts [tokens, top_k] i32 and weights [tokens, top_k] f32; an expert id
+// outside [0, num_experts) (-1: "no expert") is skipped. One layer is
+//   MoePlan -> GroupedGemm(x, w13, gather by row_token) -> SiluMulClamp -> GroupedGemm(act, w2)
+//   -> MoeCombine.
+// Launchers take plain params and a stream (cudaStream_t as void*), do not synchronise, allocate
+// nothing and return a cudaError_t value as int (0 on success, cudaErrorInvalidValue for invalid
+// params). Grids depend only on the params' sizes; the row counts of the experts stay on the device
+// (expert_offsets), so a layer can be captured in a CUDA graph.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace dinfer::kernels::cuda {
+
+// Permutation on the device: pairs sorted by expert, stable in (token, j) order. One CTA of 1,024
+// threads (a few microseconds at 8,192 x 6 pairs). Limits: num_experts <= kMoeMaxExperts,
+// tokens * top_k < 2^31. Rows past expert_offsets[num_experts] of row_token are not written.
+inline constexpr int64_t kMoeMaxExperts = 1024;
+struct MoePlanParams {
+  const int32_t* experts = nullptr;  // [tokens, top_k]
+  int64_t num_tokens = 0, top_k = 0, num_experts = 0;
+  int32_t* expert_offsets = nullptr;  // [num_experts + 1]: rows of expert e are [off[e], off[e+1])
+  int32_t* row_token = nullptr;       // [tokens * top_k]: the token of each permuted row
+  int32_t* pair_row =
+      nullptr;  // [tokens * top_k]: the permuted row of pair (t, j), -1 when skipped
+  int32_t* workspace = nullptr;  // MoePlanWorkspaceInts(num_tokens, top_k, num_experts) ints
+};
+// The plan keeps its counters in shared memory: this is 0 (workspace may be null).
+int64_t MoePlanWorkspaceInts(int64_t num_tokens, int64_t top_k, int64_t num_experts);
+int MoePlan(const MoePlanParams& p, void* stream);
+
+// Grouped product on the permuted rows: y[r] = x[row_token ? row_token[r] : r] · W_eᵀ for the rows
+// r of expert e; W = [num_experts, n, k] bf16 contiguous (expert e at w + e * n * k); x bf16
+// [*, ldx]; y [rows, ldy] of out_dtype (f32 or bf16), f32 accumulation. The number of rows is
+// expert_offsets[num_experts] (on the device): the grid is sized for max_rows (= tokens * top_k)
+// and idle CTAs exit; rows past it are not written.
+// Requirements: n and k multiples of 8, ldx a multiple of 8, x and w 16-byte aligned.
+// Paths (chosen from max_rows and num_experts on the host):
+//   Skinny (max_rows <= kGroupedGemmSkinnyMaxRows(num_experts), decode): a CTA of 4 warps owns 8
+//     weight rows of one expert and up to 16 of its rows; the warps split k and read the weights
+//     straight into mma.sync m16n8k16 fragments with 16-byte streaming loads (4 in flight a
+//     lane), so each active expert's weights are read once per 16 rows at close to memory
+//     bandwidth; experts without rows launch nothing but an exiting CTA.
+//   Tiled (prefill): 128 x 128 tiles of one expert's rows on mma.sync m16n8k16, 8 warps, k blocks
+//     of 64 staged through a 4-deep cp.async ring (128-byte swizzled rows, ldmatrix), the gather
+//     folded into the copies. Tiles are (expert, 128-row block) x 128-column block, derived in
+//     each CTA from expert_offsets.
+inline int64_t GroupedGemmSkinnyMaxRows(int64_t num_experts) {
+  return num_experts * 8 > 128 ? num_experts * 8 : 128;
+}
+struct GroupedGemmParams {
+  const void* x = nullptr;
+  int64_t ldx = 0;
+  const int32_t* row_token = nullptr;  // optional gather
+  const void* w = nullptr;
+  const int32_t* expert_offsets = nullptr;
+  int64_t num_experts = 0, n = 0, k = 0, max_rows = 0;
+  void* y = nullptr;
+  int64_t ldy = 0;
+  DType out_dtype = DType::kBF16;
+};
+int GroupedGemm(const GroupedGemmParams& p, void* stream);
+
+// out[r, i] = silu(min(g, limit)) * clamp(u, -limit, limit) with g = in[r, i], u = in[r, inter + i]
+// (limit 0: silu(g) * u); in f32|bf16 [rows, ld_in], out bf16 [rows, ld_out]. rows_on_device:
+// optional pointer to the row count (expert_offsets + num_experts); rows = bound.
+// Requirements: inter, ld_in and ld_out multiples of 8, in and out 16-byte aligned.
+struct SiluMulClampParams {
+  const void* in = nullptr;
+  DType in_dtype = DType::kF32;
+  int64_t ld_in = 0;
+  void* out = nullptr;
+  int64_t ld_out = 0;
+  int64_t rows = 0, inter = 0;
+  float limit = 0.0f;
+  const int32_t* rows_on_device = nullptr;
+};
+int SiluMulClamp(const SiluMulClampParams& p, void* stream);
+
+// out[t] = Σ_j weights[t, j] * y[pair_row[t, j]] (pairs with pair_row -1 skipped) +
+// (shared ? shared[t] : 0), summed in j order, shared last; y f32|bf16 [rows, ldy], out f32
+// [tokens, hidden]. Requirements: hidden and ldy multiples of 8, y, shared and out 16-byte aligned.
+struct MoeCombineParams {
+  const void* y = nullptr;
+  DType y_dtype = DType::kF32;
+  int64_t ldy = 0;
+  const int32_t* pair_row = nullptr;
+  const float* weights = nullptr;
+  int64_t num_tokens = 0, top_k = 0, hidden = 0;
+  const float* shared = nullptr;  // [tokens, hidden], optional
+  float* out = nullptr;
+};
+int MoeCombine(const MoeCombineParams& p, void* stream);
+
+}  // namespace dinfer::kernels::cuda

@@ -1,0 +1,679 @@
+// DeepSeek-V4 sparse attention (v4_sparse_attention.h): the window-key write, the tensor-core
+// kernel for bf16 planes, the f32 kernel for the rest, and the merge of key splits.
+//
+// A token's key list is virtual: key k < nw is window position lo + k (lo = max(0, pos - window +
+// 1), nw = pos - lo + 1), key nw + c is candidate c of the compressed entries (selected[t, c], or
+// entry c itself without a selection); a -1 selection is a masked key. A split takes a contiguous
+// range of that list (ranges rounded to whole tiles in the tensor-core kernel).
+//
+// Tensor-core kernel, warp (m, d) of 16: Q's rows 16m..16m+15 (64 heads of the CTA, staged in
+// shared memory as bf16) by the key tile's dims [d·D/4, (d+1)·D/4) give a partial S (16 × 32); the
+// four partials of a head tile are summed in a fixed order through shared memory, so the four
+// warps of a head tile hold bit-identical scores and softmax states. P (bf16) times the tile's
+// rows, in the warp's dim quarter, accumulates into its O (16 × D/4 f32 in registers). The mma
+// fragment layout gives each thread adjacent dims (2i, 2i + 1): the rotary pairs.
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/v4_sparse_attention.h"
+
+namespace dinfer::kernels::cuda {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kMaxSplits = 64;
+constexpr int kMaxHeadDim = 1024;
+
+// What the launcher derives from the params (passed with them).
+struct Derived {
+  const int32_t* ctable = nullptr;  // the compressed entries' tables (or the window's)
+  int64_t cmax = 0, cbs = 0;
+  int splits = 1;
+  bool q_vec = false;  // q rows may be read 16 bytes at a time
+};
+
+// A token's key list (see the header comment).
+struct KeyList {
+  const int32_t* table;
+  const int32_t* ctable;
+  const int32_t* sel;  // this token's selection, or null
+  int lo, nw, total;
+
+  __device__ __forceinline__ KeyList(const V4SparseAttentionParams& p, const Derived& dv, int64_t t,
+                                     int pos) {
+    const int64_t seq = p.token_seq[t];
+    table = p.block_tables + seq * p.max_blocks_per_seq;
+    ctable = dv.ctable + seq * dv.cmax;
+    sel = p.selected != nullptr ? p.selected + t * p.num_selected : nullptr;
+    lo = max(0, pos - static_cast<int>(p.window) + 1);
+    nw = pos >= lo ? pos - lo + 1 : 0;
+    int ncand = 0;
+    if (p.compressed != nullptr) {
+      ncand =
+          sel != nullptr ? static_cast<int>(p.num_selected) : static_cast<int>((pos + 1) / p.rate);
+    }
+    total = nw + ncand;
+  }
+
+  // Row of key k: (row << 1) | plane (0 window, 1 compressed), or -1 when masked.
+  __device__ __forceinline__ int64_t Code(const V4SparseAttentionParams& p, const Derived& dv,
+                                          int k) const {
+    if (k < nw) {
+      const int64_t j = lo + k;
+      return (static_cast<int64_t>(table[j / p.block_size]) * p.block_size + j % p.block_size) << 1;
+    }
+    const int c = k - nw;
+    const int64_t w = sel != nullptr ? sel[c] : c;
+    if (w < 0) return -1;
+    const int64_t last = (w + 1) * p.rate - 1;
+    const int64_t row =
+        static_cast<int64_t>(ctable[last / dv.cbs]) * p.rows_per_block + (last % dv.cbs) / p.rate;
+    return (row << 1) | 1;
+  }
+};
+
+// The split's range [s_lo, s_hi) of a list of `total` keys, spans rounded up to `align`.
+__device__ __forceinline__ void SplitRange(int total, int splits, int split, int align, int* s_lo,
+                                           int* s_hi) {
+  int span = (total + splits - 1) / splits;
+  span = (span + align - 1) / align * align;
+  *s_lo = min(total, split * span);
+  *s_hi = min(total, *s_lo + span);
+}
+
+// Rotates the pair (x0, x1) at dims (dim0, dim0 + 1) backwards by the token's angle when it lies
+// in the rotary part (the last rotary_dim dims).
+__device__ __forceinline__ void InverseRope(const V4SparseAttentionParams& p, int pos, int dim0,
+                                            float& x0, float& x1) {
+  const int off = static_cast<int>(p.head_dim - p.rotary_dim);
+  if (p.rotary_dim == 0 || dim0 < off) return;
+  const float angle = static_cast<float>(pos) * p.inv_freq[(dim0 - off) >> 1];
+  float sn, cs;
+  sincosf(angle, &sn, &cs);
+  sn = -sn;
+  const float a = x0 * cs - x1 * sn, b = x1 * cs + x0 * sn;
+  x0 = a;
+  x1 = b;
+}
+
+// Stores dims (dim0, dim0 + 1) of head `head` of token t (the second when `two`).
+__device__ __forceinline__ void StorePair(const V4SparseAttentionParams& p, int64_t t, int64_t head,
+                                          int dim0, float v0, float v1, bool two) {
+  const int64_t i = t * p.out_stride + head * p.head_dim + dim0;
+  if (p.out_dtype == DType::kF32) {
+    float* o = static_cast<float*>(p.out) + i;
+    o[0] = v0;
+    if (two) o[1] = v1;
+  } else {
+    bf16* o = static_cast<bf16*>(p.out) + i;
+    o[0] = __float2bfloat16_rn(v0);
+    if (two) o[1] = __float2bfloat16_rn(v1);
+  }
+}
+
+// Where split `split` of (token t, head) keeps its partial output and (max, sum) stats.
+__device__ __forceinline__ float* SplitOut(const V4SparseAttentionParams& p, int splits, int64_t t,
+                                           int64_t head, int split) {
+  return p.workspace + ((t * p.num_heads + head) * splits + split) * p.head_dim;
+}
+__device__ __forceinline__ float* SplitStats(const V4SparseAttentionParams& p, int splits,
+                                             int64_t t, int64_t head, int split) {
+  return p.workspace + p.num_tokens * p.num_heads * splits * p.head_dim +
+         ((t * p.num_heads + head) * splits + split) * 2;
+}
+
+// The factor that turns an unnormalized output with (natural-log) max m and sum l into the final
+// one: e^{m - M} / (l e^{m - M} + e^{sink - M}), M = max(m, sink); without sink 1 / l.
+__device__ __forceinline__ float FinalFactor(const V4SparseAttentionParams& p, int64_t head,
+                                             float m, float l) {
+  if (p.sinks == nullptr) return l > 0.0f ? 1.0f / l : 0.0f;
+  const float sink = p.sinks[head];
+  const float mx = fmaxf(m, sink);
+  const float e = m == -INFINITY ? 0.0f : expf(m - mx);
+  return e / (l * e + expf(sink - mx));
+}
+
+__device__ __forceinline__ float LoadElem(const void* base, DType dtype, int64_t i) {
+  return dtype == DType::kF32 ? static_cast<const float*>(base)[i]
+                              : __bfloat162float(static_cast<const bf16*>(base)[i]);
+}
+
+// ---- 1. The step's keys into the window plane. ----
+__global__ void WriteWindowKernel(V4SparseAttentionParams p) {
+  WaitForPrerequisites();
+  const int64_t t = blockIdx.x;
+  const int64_t pos = p.positions[t];
+  const int32_t* table =
+      p.block_tables + static_cast<int64_t>(p.token_seq[t]) * p.max_blocks_per_seq;
+  const int64_t slot =
+      static_cast<int64_t>(table[pos / p.block_size]) * p.block_size + pos % p.block_size;
+  const float* src = p.kv + t * p.kv_stride;
+  for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    if (p.window_dtype == DType::kF32) {
+      static_cast<float*>(p.window_kv)[slot * p.head_dim + d] = src[d];
+    } else {
+      static_cast<bf16*>(p.window_kv)[slot * p.head_dim + d] = __float2bfloat16_rn(src[d]);
+    }
+  }
+}
+
+// ---- 2a. Tensor cores: bf16 planes, head_dim 64, 128, 256 or 512. ----
+template <int D>
+struct TcConfig {
+  static constexpr int kWarps = 16, kThreads = 32 * kWarps;
+  static constexpr int kHeads = 64;     // 4 head tiles of 16
+  static constexpr int kW = D / 4;      // a warp's dims
+  static constexpr int kLd = D + 8;     // bf16 elements a shared row (conflict-free ldmatrix)
+  static constexpr int kTileKeys = 32;  // keys a stage
+  static constexpr int kStages = 3;
+  static constexpr int kSxLd = 40;  // floats a row of a partial S
+  static constexpr int kQBytes = kHeads * kLd * 2;
+  static constexpr int kTileBytes = kTileKeys * kLd * 2;
+  static constexpr int kSxBytes = kWarps * 16 * kSxLd * 4;
+  static constexpr int kSmem = kQBytes + kStages * kTileBytes + kSxBytes + kStages * kTileKeys * 4;
+};
+
+template <int D>
+__global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
+    TcKernel(V4SparseAttentionParams p, Derived dv) {
+  using C = TcConfig<D>;
+  constexpr int kLd = C::kLd, kW = C::kW, kStages = C::kStages, kTile = C::kTileKeys;
+  extern __shared__ uint4 smem_raw[];
+  bf16* sq = reinterpret_cast<bf16*>(smem_raw);
+  bf16* tiles = reinterpret_cast<bf16*>(reinterpret_cast<uint8_t*>(smem_raw) + C::kQBytes);
+  float* sx = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(tiles) + kStages * C::kTileBytes);
+  int* valid = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(sx) + C::kSxBytes);
+  WaitForPrerequisites();
+
+  const int64_t t = blockIdx.x;
+  const int split = blockIdx.y;
+  const int64_t h_base = static_cast<int64_t>(blockIdx.z) * C::kHeads;
+  const int nh =
+      static_cast<int>(p.num_heads - h_base < C::kHeads ? p.num_heads - h_base : C::kHeads);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, c2 = (lane & 3) * 2, mat = lane >> 3;
+  const int mt = warp >> 2, ds = warp & 3;
+  const int pos = p.positions[t];
+  const KeyList keys(p, dv, t, pos);
+  int s_lo, s_hi;
+  SplitRange(keys.total, dv.splits, split, kTile, &s_lo, &s_hi);
+  const int num_tiles = (s_hi - s_lo + kTile - 1) / kTile;
+
+  auto load_tile = [&](int i, int buf) {
+    bf16* dst_tile = tiles + buf * (kTile * kLd);
+    for (int c = tid; c < kTile * (D / 8); c += C::kThreads) {
+      const int r = c / (D / 8), cc = c % (D / 8);
+      const int k = s_lo + i * kTile + r;
+      const int64_t code = k < s_hi ? keys.Code(p, dv, k) : -1;
+      const bool fill = code >= 0;
+      const bf16* src = static_cast<const bf16*>(p.window_kv);
+      if (fill) {
+        const bf16* plane = (code & 1) ? static_cast<const bf16*>(p.compressed)
+                                       : static_cast<const bf16*>(p.window_kv);
+        src = plane + (code >> 1) * D + cc * 8;
+      }
+      CpAsync16(dst_tile + r * kLd + cc * 8, src, fill);
+      if (cc == 0) valid[buf * kTile + r] = fill;
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_tiles) load_tile(s, s);
+    CpAsyncCommit();
+  }
+
+  // Q of the CTA's heads as bf16 (rows past the heads are zero).
+  for (int c = tid; c < C::kHeads * (D / 8); c += C::kThreads) {
+    const int r = c / (D / 8), cc = c % (D / 8);
+    float v[8] = {};
+    if (r < nh) {
+      const int64_t e = t * p.q_stride + (h_base + r) * D + cc * 8;
+      if (p.q_dtype == DType::kF32) {
+        const float* src = static_cast<const float*>(p.q) + e;
+        if (dv.q_vec) {
+          const float4 a = *reinterpret_cast<const float4*>(src);
+          const float4 b = *reinterpret_cast<const float4*>(src + 4);
+          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+          v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] = src[j];
+        }
+      } else {
+        const bf16* src = static_cast<const bf16*>(p.q) + e;
+        if (dv.q_vec) {
+          *reinterpret_cast<uint4*>(sq + r * kLd + cc * 8) = *reinterpret_cast<const uint4*>(src);
+          continue;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(src[j]);
+      }
+    }
+    uint4 w;
+    w.x = PackBf16(v[0], v[1]);
+    w.y = PackBf16(v[2], v[3]);
+    w.z = PackBf16(v[4], v[5]);
+    w.w = PackBf16(v[6], v[7]);
+    *reinterpret_cast<uint4*>(sq + r * kLd + cc * 8) = w;
+  }
+
+  float o[kW / 8][4];
+#pragma unroll
+  for (int i = 0; i < kW / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  const float qk_scale = p.scale * kLog2e;
+  const bf16* qrow = sq + (mt * 16 + (lane & 15)) * kLd + ds * kW + (lane >> 4) * 8;
+  float* sx_own = sx + warp * 16 * C::kSxLd;
+
+  for (int i = 0; i < num_tiles; ++i) {
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();  // tile i landed; tile i - 1's buffer and the partial S are free
+    if (i + kStages - 1 < num_tiles) load_tile(i + kStages - 1, (i + kStages - 1) % kStages);
+    CpAsyncCommit();
+    const int buf = i % kStages;
+    const bf16* tile = tiles + buf * (kTile * kLd);
+
+    // Partial S over the warp's dims.
+    float s[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    const bf16* krow = tile + ((lane & 7) + (mat >> 1) * 8) * kLd + ds * kW + (mat & 1) * 8;
+#pragma unroll
+    for (int kk = 0; kk < kW / 16; ++kk) {
+      uint32_t a[4];
+      LdMatrixX4(a, qrow + kk * 16);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        uint32_t b[4];
+        LdMatrixX4(b, krow + np * 16 * kLd + kk * 16);
+        Mma(s[2 * np], a, b[0], b[1]);
+        Mma(s[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      *reinterpret_cast<float2*>(sx_own + g * C::kSxLd + nt * 8 + c2) =
+          make_float2(s[nt][0], s[nt][1]);
+      *reinterpret_cast<float2*>(sx_own + (g + 8) * C::kSxLd + nt * 8 + c2) =
+          make_float2(s[nt][2], s[nt][3]);
+    }
+    __syncthreads();
+    // Full S: the head tile's four partials in a fixed order.
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float* part = sx + (mt * 4 + q) * 16 * C::kSxLd;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const float2 x0 = *reinterpret_cast<const float2*>(part + g * C::kSxLd + nt * 8 + c2);
+        const float2 x1 = *reinterpret_cast<const float2*>(part + (g + 8) * C::kSxLd + nt * 8 + c2);
+        s[nt][0] += x0.x;
+        s[nt][1] += x0.y;
+        s[nt][2] += x1.x;
+        s[nt][3] += x1.y;
+      }
+    }
+
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = nt * 8 + c2 + (e & 1);
+        const bool ok = s_lo + i * kTile + r < s_hi && valid[buf * kTile + r] != 0;
+        s[nt][e] = ok ? s[nt][e] * qk_scale : -INFINITY;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
+    const float corr0 = exp2f(m0 - b0), corr1 = exp2f(m1 - b1);
+    m0 = n0;
+    m1 = n1;
+    l0 *= corr0;
+    l1 *= corr1;
+#pragma unroll
+    for (int d = 0; d < kW / 8; ++d) {
+      o[d][0] *= corr0;
+      o[d][1] *= corr0;
+      o[d][2] *= corr1;
+      o[d][3] *= corr1;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      s[nt][0] = exp2f(s[nt][0] - b0);
+      s[nt][1] = exp2f(s[nt][1] - b0);
+      s[nt][2] = exp2f(s[nt][2] - b1);
+      s[nt][3] = exp2f(s[nt][3] - b1);
+      l0 += s[nt][0] + s[nt][1];
+      l1 += s[nt][2] + s[nt][3];
+    }
+    // O += P·V over the warp's dims, 16 keys a k-step.
+    const bf16* vrow = tile + ((mat & 1) * 8 + (lane & 7)) * kLd + (mat >> 1) * 8 + ds * kW;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+      const uint32_t a[4] = {PackBf16(s[2 * ks][0], s[2 * ks][1]),
+                             PackBf16(s[2 * ks][2], s[2 * ks][3]),
+                             PackBf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                             PackBf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < kW / 16; ++dp) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, vrow + ks * 16 * kLd + dp * 16);
+        Mma(o[2 * dp], a, b[0], b[1]);
+        Mma(o[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  CpAsyncWait<0>();
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+
+  const float mr[2] = {m0 == -INFINITY ? -INFINITY : m0 * kLn2,
+                       m1 == -INFINITY ? -INFINITY : m1 * kLn2};
+  const float lr[2] = {l0, l1};
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int r = mt * 16 + g + 8 * e;
+    if (r >= nh) continue;
+    const int64_t head = h_base + r;
+    if (dv.splits == 1) {
+      const float f = FinalFactor(p, head, mr[e], lr[e]);
+#pragma unroll
+      for (int d = 0; d < kW / 8; ++d) {
+        const int dim = ds * kW + d * 8 + c2;
+        float v0 = o[d][2 * e] * f, v1 = o[d][2 * e + 1] * f;
+        InverseRope(p, pos, dim, v0, v1);
+        StorePair(p, t, head, dim, v0, v1, true);
+      }
+    } else {
+      const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
+      float* dst = SplitOut(p, dv.splits, t, head, split);
+#pragma unroll
+      for (int d = 0; d < kW / 8; ++d) {
+        const int dim = ds * kW + d * 8 + c2;
+        *reinterpret_cast<float2*>(dst + dim) = make_float2(o[d][2 * e] * f, o[d][2 * e + 1] * f);
+      }
+      if (ds == 0 && (lane & 3) == 0) {
+        float* st = SplitStats(p, dv.splits, t, head, split);
+        st[0] = mr[e];
+        st[1] = lr[e];
+      }
+    }
+  }
+}
+
+// ---- 2b. f32: one CTA per (token, head, split), any plane dtypes, head_dim ≤ 1024. ----
+constexpr int kF32Threads = 128;
+constexpr int kF32Chunk = 64;
+
+__global__ void __launch_bounds__(kF32Threads) F32Kernel(V4SparseAttentionParams p, Derived dv) {
+  constexpr int kPer = kMaxHeadDim / kF32Threads;
+  __shared__ float sq[kMaxHeadDim];
+  __shared__ float sc[kF32Chunk];
+  __shared__ int64_t codes[kF32Chunk];
+  WaitForPrerequisites();
+  const int64_t t = blockIdx.x / p.num_heads, head = blockIdx.x % p.num_heads;
+  const int split = blockIdx.y;
+  const int D = static_cast<int>(p.head_dim);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int pos = p.positions[t];
+  const KeyList keys(p, dv, t, pos);
+  int s_lo, s_hi;
+  SplitRange(keys.total, dv.splits, split, 1, &s_lo, &s_hi);
+  for (int d = tid; d < D; d += kF32Threads) {
+    sq[d] = LoadElem(p.q, p.q_dtype, t * p.q_stride + head * D + d);
+  }
+  float acc[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  auto row_ptr = [&](int64_t code) -> const void* {
+    const void* plane = (code & 1) ? p.compressed : p.window_kv;
+    const DType dt = (code & 1) ? p.compressed_dtype : p.window_dtype;
+    return static_cast<const uint8_t*>(plane) + (code >> 1) * D * (dt == DType::kF32 ? 4 : 2);
+  };
+  auto plane_dtype = [&](int64_t code) { return (code & 1) ? p.compressed_dtype : p.window_dtype; };
+  for (int c0 = s_lo; c0 < s_hi; c0 += kF32Chunk) {
+    const int n = min(kF32Chunk, s_hi - c0);
+    __syncthreads();  // the previous chunk's scores and rows are consumed (and sq is written)
+    if (tid < kF32Chunk) codes[tid] = tid < n ? keys.Code(p, dv, c0 + tid) : -1;
+    __syncthreads();
+    for (int r = warp; r < kF32Chunk; r += kF32Threads / 32) {
+      const int64_t code = codes[r];
+      if (code < 0) {
+        if (lane == 0) sc[r] = -INFINITY;
+        continue;
+      }
+      const void* row = row_ptr(code);
+      const DType dt = plane_dtype(code);
+      float dot = 0.0f;
+      for (int d = lane; d < D; d += 32) dot += sq[d] * LoadElem(row, dt, d);
+      dot = WarpSum(dot);
+      if (lane == 0) sc[r] = dot * p.scale;
+    }
+    __syncthreads();
+    float cmax = -INFINITY;
+    for (int r = 0; r < kF32Chunk; ++r) cmax = fmaxf(cmax, sc[r]);
+    const float mn = fmaxf(m, cmax);
+    if (mn == -INFINITY) continue;
+    const float corr = m == -INFINITY ? 0.0f : expf(m - mn);
+    l *= corr;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc[i] *= corr;
+    m = mn;
+    for (int r = 0; r < kF32Chunk; ++r) {
+      if (sc[r] == -INFINITY) continue;
+      const float e = expf(sc[r] - mn);
+      l += e;
+      const void* row = row_ptr(codes[r]);
+      const DType dt = plane_dtype(codes[r]);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int d = tid + i * kF32Threads;
+        if (d < D) acc[i] += e * LoadElem(row, dt, d);
+      }
+    }
+  }
+  __syncthreads();
+  if (dv.splits == 1) {
+    const float f = FinalFactor(p, head, m, l);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int d = tid + i * kF32Threads;
+      if (d < D) sq[d] = acc[i] * f;  // the staged output row (q is no longer needed)
+    }
+    __syncthreads();
+    for (int d0 = 2 * tid; d0 < D; d0 += 2 * kF32Threads) {
+      const bool two = d0 + 1 < D;
+      float v0 = sq[d0], v1 = two ? sq[d0 + 1] : 0.0f;
+      if (two) InverseRope(p, pos, d0, v0, v1);
+      StorePair(p, t, head, d0, v0, v1, two);
+    }
+  } else {
+    const float f = l > 0.0f ? 1.0f / l : 0.0f;
+    float* dst = SplitOut(p, dv.splits, t, head, split);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int d = tid + i * kF32Threads;
+      if (d < D) dst[d] = acc[i] * f;
+    }
+    if (tid == 0) {
+      float* st = SplitStats(p, dv.splits, t, head, split);
+      st[0] = m;
+      st[1] = l;
+    }
+  }
+}
+
+// ---- 3. Merge of the splits: the sink, the inverse rotary, the store. ----
+constexpr int kMergeThreads = 128;
+
+__global__ void __launch_bounds__(kMergeThreads)
+    MergeKernel(V4SparseAttentionParams p, Derived dv) {
+  __shared__ float weight[kMaxSplits];
+  WaitForPrerequisites();
+  const int64_t t = blockIdx.x / p.num_heads, head = blockIdx.x % p.num_heads;
+  const int splits = dv.splits, D = static_cast<int>(p.head_dim);
+  if (threadIdx.x == 0) {
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, SplitStats(p, splits, t, head, s)[0]);
+    float sum = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float* st = SplitStats(p, splits, t, head, s);
+      weight[s] = st[0] == -INFINITY ? 0.0f : st[1] * expf(st[0] - mx);
+      sum += weight[s];
+    }
+    // Σ_s w_s o_s / (Σ_s w_s + e^{sink - mx}), w_s = l_s e^{m_s - mx}: FinalFactor with (mx, sum).
+    const float f = FinalFactor(p, head, mx, sum);
+    for (int s = 0; s < splits; ++s) weight[s] *= f;
+  }
+  __syncthreads();
+  const int pos = p.positions[t];
+  const float* base = SplitOut(p, splits, t, head, 0);
+  for (int d0 = 2 * threadIdx.x; d0 < D; d0 += 2 * kMergeThreads) {
+    const bool two = d0 + 1 < D;
+    float v0 = 0.0f, v1 = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      v0 += weight[s] * base[s * D + d0];
+      if (two) v1 += weight[s] * base[s * D + d0 + 1];
+    }
+    if (two) InverseRope(p, pos, d0, v0, v1);
+    StorePair(p, t, head, d0, v0, v1, two);
+  }
+}
+
+bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kBF16; }
+
+int Multiprocessors() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+    return 132;
+  }
+  return n;
+}
+
+template <int D>
+cudaError_t LaunchTc(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
+                     cudaStream_t stream) {
+  using C = TcConfig<D>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(TcKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  if (attr != cudaSuccess) return attr;
+  return LaunchDependent(TcKernel<D>, grid, dim3(C::kThreads), C::kSmem, stream, p, dv);
+}
+
+}  // namespace
+
+int64_t V4SparseAttentionWorkspaceFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                                         int64_t max_splits) {
+  const int64_t splits = std::clamp<int64_t>(max_splits, 1, kMaxSplits);
+  return num_tokens * num_heads * splits * (head_dim + 2);
+}
+
+int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const int64_t D = p.head_dim;
+  if (p.num_tokens < 0 || p.num_heads <= 0 || D <= 0 || D > kMaxHeadDim)
+    return cudaErrorInvalidValue;
+  if (p.num_tokens == 0) return cudaSuccess;
+  if (p.q == nullptr || p.kv == nullptr || p.out == nullptr || p.token_seq == nullptr ||
+      p.positions == nullptr || p.block_tables == nullptr || p.window_kv == nullptr ||
+      p.block_size <= 0 || p.max_blocks_per_seq <= 0 || p.window < 0 || !IsFloat(p.q_dtype) ||
+      !IsFloat(p.out_dtype) || !IsFloat(p.window_dtype)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.q_stride < p.num_heads * D || p.out_stride < p.num_heads * D || p.kv_stride < D) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.rotary_dim < 0 || p.rotary_dim % 2 != 0 || p.rotary_dim > D ||
+      (D - p.rotary_dim) % 2 != 0 || (p.rotary_dim > 0 && p.inv_freq == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  Derived dv;
+  dv.ctable = p.block_tables;
+  dv.cmax = p.max_blocks_per_seq;
+  dv.cbs = p.block_size;
+  int64_t max_keys = p.window;
+  if (p.compressed != nullptr) {
+    if (p.rate <= 0 || p.rows_per_block <= 0 || !IsFloat(p.compressed_dtype)) {
+      return cudaErrorInvalidValue;
+    }
+    if (p.compressed_tables != nullptr) {
+      if (p.compressed_max_blocks_per_seq <= 0 || p.compressed_block_size <= 0) {
+        return cudaErrorInvalidValue;
+      }
+      dv.ctable = p.compressed_tables;
+      dv.cmax = p.compressed_max_blocks_per_seq;
+      dv.cbs = p.compressed_block_size;
+    }
+    if (p.selected != nullptr) {
+      if (p.num_selected < 0) return cudaErrorInvalidValue;
+      max_keys += p.num_selected;
+    } else {
+      max_keys += dv.cmax * dv.cbs / p.rate;
+    }
+  }
+  const bool tc = p.window_dtype == DType::kBF16 &&
+                  (p.compressed == nullptr || p.compressed_dtype == DType::kBF16) &&
+                  (D == 64 || D == 128 || D == 256 || D == 512) && Aligned16(p.window_kv) &&
+                  (p.compressed == nullptr || Aligned16(p.compressed));
+  const int64_t elem = p.q_dtype == DType::kF32 ? 4 : 2;
+  dv.q_vec = Aligned16(p.q) && (p.q_stride * elem) % 16 == 0;
+
+  // Splits: about two waves of CTAs (the tensor-core kernel fits one CTA an SM), each with at
+  // least a couple of tiles of keys.
+  const int64_t head_groups = (p.num_heads + TcConfig<64>::kHeads - 1) / TcConfig<64>::kHeads;
+  const int64_t ctas = p.num_tokens * (tc ? head_groups : p.num_heads);
+  if (p.workspace != nullptr && p.max_splits > 1) {
+    const int64_t sms = Multiprocessors();
+    const int64_t target = tc ? sms : 4 * sms;
+    const int64_t min_keys = tc ? 64 : 128;
+    int64_t splits = (target + ctas - 1) / ctas;
+    splits = std::min({splits, std::min<int64_t>(p.max_splits, kMaxSplits),
+                       std::max<int64_t>(1, (max_keys + min_keys - 1) / min_keys)});
+    dv.splits = static_cast<int>(std::max<int64_t>(splits, 1));
+  }
+
+  cudaError_t err = LaunchDependent(WriteWindowKernel, dim3(static_cast<unsigned>(p.num_tokens)),
+                                    dim3(128), 0, stream, p);
+  if (err != cudaSuccess) return err;
+  if (tc) {
+    const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(dv.splits),
+                    static_cast<unsigned>(head_groups));
+    switch (D) {
+      case 64:
+        err = LaunchTc<64>(p, dv, grid, stream);
+        break;
+      case 128:
+        err = LaunchTc<128>(p, dv, grid, stream);
+        break;
+      case 256:
+        err = LaunchTc<256>(p, dv, grid, stream);
+        break;
+      default:
+        err = LaunchTc<512>(p, dv, grid, stream);
+        break;
+    }
+  } else {
+    const dim3 grid(static_cast<unsigned>(p.num_tokens * p.num_heads),
+                    static_cast<unsigned>(dv.splits));
+    err = LaunchDependent(F32Kernel, grid, dim3(kF32Threads), 0, stream, p, dv);
+  }
+  if (err != cudaSuccess || dv.splits == 1) return err;
+  return LaunchDependent(MergeKernel, dim3(static_cast<unsigned>(p.num_tokens * p.num_heads)),
+                         dim3(kMergeThreads), 0, stream, p, dv);
+}
+
+}  // namespace dinfer::kernels::cuda

@@ -1,0 +1,641 @@
+// CUDA mixture-of-experts kernels (plan, grouped expert product, clamped SwiGLU, combine) against
+// plain host references (double sums of the bf16-rounded inputs) and the CPU SiluMul kernel, and
+// the timings of the grouped product at DeepSeek-V4-Flash shapes. Skipped without a GPU.
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <set>
+
+#include "backend/cuda/stream.h"
+#include "gpu_test_util.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/moe.h"
+
+namespace dinfer {
+namespace {
+
+using namespace gpu_test;
+namespace kc = kernels::cuda;
+
+constexpr int kInvalidValue = 1;  // cudaErrorInvalidValue
+
+// How the pairs are routed: kRandom picks top_k distinct experts a token among those not listed
+// in `empty`, and drops about one pair in ten (-1); kOne sends every pair to expert `one`.
+enum class Routing { kRandom, kOne };
+
+std::vector<int32_t> Route(int64_t tokens, int64_t top_k, int64_t num_e, Routing mode,
+                           std::mt19937& rng, const std::set<int32_t>& empty = {},
+                           int32_t one = 0) {
+  std::vector<int32_t> out(static_cast<size_t>(tokens * top_k));
+  std::vector<int32_t> allowed;
+  for (int32_t e = 0; e < num_e; ++e) {
+    if (!empty.count(e)) allowed.push_back(e);
+  }
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::shuffle(allowed.begin(), allowed.end(), rng);
+    for (int64_t j = 0; j < top_k; ++j) {
+      int32_t e = mode == Routing::kOne ? one : allowed[j % allowed.size()];
+      if (mode == Routing::kRandom && u(rng) < 0.1f) e = -1;
+      out[t * top_k + j] = e;
+    }
+  }
+  return out;
+}
+
+// The plan on the host: a stable counting sort of the pairs by expert.
+struct HostPlan {
+  std::vector<int32_t> offsets, row_token, pair_row;
+  int32_t rows() const { return offsets.back(); }
+};
+HostPlan PlanOnHost(const std::vector<int32_t>& experts, int64_t top_k, int64_t num_e) {
+  HostPlan h;
+  h.offsets.assign(num_e + 1, 0);
+  for (int32_t e : experts) {
+    if (e >= 0 && e < num_e) ++h.offsets[e + 1];
+  }
+  for (int64_t e = 0; e < num_e; ++e) h.offsets[e + 1] += h.offsets[e];
+  std::vector<int32_t> fill(h.offsets.begin(), h.offsets.end() - 1);
+  h.row_token.assign(experts.size(), -7);
+  h.pair_row.assign(experts.size(), -1);
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const int32_t e = experts[i];
+    if (e < 0 || e >= num_e) continue;
+    h.pair_row[i] = fill[e]++;
+    h.row_token[h.pair_row[i]] = static_cast<int32_t>(i / top_k);
+  }
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct PlanCase {
+  int64_t tokens, top_k, num_e;
+  Routing mode;
+};
+
+TEST(MoePlanTest, MatchesStableHostSort) {
+  SKIP_WITHOUT_GPU();
+  const PlanCase cases[] = {
+      {1, 6, 256, Routing::kRandom},     {5, 6, 256, Routing::kRandom},
+      {64, 6, 256, Routing::kRandom},    {1000, 6, 256, Routing::kRandom},
+      {8192, 6, 256, Routing::kRandom},  {4096, 6, 256, Routing::kOne},
+      {3001, 8, 1024, Routing::kRandom}, {77, 2, 8, Routing::kRandom},
+      {33, 3, 1, Routing::kOne},         {0, 6, 256, Routing::kRandom},
+  };
+  for (const PlanCase& c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "tokens " << c.tokens << " top_k " << c.top_k << " experts " << c.num_e);
+    std::mt19937 rng(static_cast<uint32_t>(c.tokens * 31 + c.num_e));
+    const std::set<int32_t> empty = {1, static_cast<int32_t>(c.num_e) - 2};
+    const auto experts =
+        Route(c.tokens, c.top_k, c.num_e, c.mode, rng, c.num_e > 4 ? empty : std::set<int32_t>{},
+              static_cast<int32_t>(c.num_e / 2));
+    const HostPlan want = PlanOnHost(experts, c.top_k, c.num_e);
+    const size_t pairs = experts.size();
+    auto d_experts = UploadRaw(experts);
+    auto d_offsets = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
+    auto d_row_token = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -7));
+    auto d_pair_row = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -9));
+    const int64_t ws_ints = kc::MoePlanWorkspaceInts(c.tokens, c.top_k, c.num_e);
+    auto d_ws = UploadRaw(std::vector<int32_t>(std::max<int64_t>(ws_ints, 1), 0));
+    kc::MoePlanParams p;
+    p.experts = static_cast<const int32_t*>(d_experts.data());
+    p.num_tokens = c.tokens;
+    p.top_k = c.top_k;
+    p.num_experts = c.num_e;
+    p.expert_offsets = static_cast<int32_t*>(d_offsets.data());
+    p.row_token = static_cast<int32_t*>(d_row_token.data());
+    p.pair_row = static_cast<int32_t*>(d_pair_row.data());
+    p.workspace = static_cast<int32_t*>(d_ws.data());
+    ASSERT_CUDA_OK(kc::MoePlan(p, nullptr));
+    EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, c.num_e + 1), want.offsets);
+    if (pairs > 0) {
+      EXPECT_EQ(DownloadRaw<int32_t>(d_pair_row, pairs), want.pair_row);
+      // Rows past the total are not written.
+      EXPECT_EQ(DownloadRaw<int32_t>(d_row_token, pairs), want.row_token);
+    }
+  }
+}
+
+TEST(MoePlanTest, RejectsInvalidParams) {
+  SKIP_WITHOUT_GPU();
+  kc::MoePlanParams p;
+  p.num_tokens = 1;
+  p.top_k = 1;
+  p.num_experts = kc::kMoeMaxExperts + 1;
+  EXPECT_EQ(kc::MoePlan(p, nullptr), kInvalidValue);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct GemmCase {
+  int64_t num_e, n, k, tokens, top_k;
+  Routing mode;
+  int64_t max_rows;  // 0: tokens * top_k; larger bounds force the tiled path on a few rows
+  const char* what;
+};
+
+class MoeGroupedGemmTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(MoeGroupedGemmTest, MatchesHostReference) {
+  SKIP_WITHOUT_GPU();
+  const auto [out_dtype, gather] = GetParam();
+  const GemmCase cases[] = {
+      {8, 136, 200, 13, 2, Routing::kRandom, 0, "skinny, random"},
+      {8, 64, 264, 60, 1, Routing::kOne, 0, "skinny, one expert takes all (4 row tiles)"},
+      {16, 64, 4096, 5, 6, Routing::kRandom, 0, "skinny, V4 k"},
+      {8, 136, 200, 150, 2, Routing::kRandom, 0, "tiled, random, empty experts"},
+      {4, 264, 520, 300, 1, Routing::kOne, 0, "tiled, one expert takes all (3 row tiles)"},
+      {8, 72, 136, 9, 2, Routing::kRandom, 1000, "tiled, few rows"},
+      {64, 1024, 256, 40, 6, Routing::kRandom, 0, "skinny, many experts"},
+  };
+  for (const GemmCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::mt19937 rng(static_cast<uint32_t>(c.n * 7 + c.k + c.tokens));
+    const auto experts =
+        Route(c.tokens, c.top_k, c.num_e, c.mode, rng, {2, 5}, static_cast<int32_t>(c.num_e / 2));
+    const HostPlan plan = PlanOnHost(experts, c.top_k, c.num_e);
+    const int64_t max_rows = c.max_rows > 0 ? c.max_rows : c.tokens * c.top_k;
+    const int64_t rows = plan.rows();
+    const int64_t ldx = c.k + 8, ldy = c.n + 8;
+    const int64_t x_rows = gather ? c.tokens : max_rows;
+    const auto x = RoundTo(DType::kBF16, Random(x_rows * ldx, rng));
+    const auto w = RoundTo(DType::kBF16, Random(c.num_e * c.n * c.k, rng, 0.1f));
+    auto d_x = Upload(x, DType::kBF16);
+    auto d_w = Upload(w, DType::kBF16);
+    auto d_offsets = UploadRaw(plan.offsets);
+    auto d_row_token = UploadRaw(plan.row_token);
+    auto d_y = Poisoned(max_rows * ldy, out_dtype);
+    kc::GroupedGemmParams p;
+    p.x = d_x.data();
+    p.ldx = ldx;
+    p.row_token = gather ? static_cast<const int32_t*>(d_row_token.data()) : nullptr;
+    p.w = d_w.data();
+    p.expert_offsets = static_cast<const int32_t*>(d_offsets.data());
+    p.num_experts = c.num_e;
+    p.n = c.n;
+    p.k = c.k;
+    p.max_rows = max_rows;
+    p.y = d_y.data();
+    p.ldy = ldy;
+    p.out_dtype = out_dtype;
+    ASSERT_CUDA_OK(kc::GroupedGemm(p, nullptr));
+    const auto y = Download(d_y, max_rows * ldy, out_dtype);
+
+    std::vector<float> got, want;
+    for (int64_t e = 0; e < c.num_e; ++e) {
+      for (int64_t r = plan.offsets[e]; r < plan.offsets[e + 1]; ++r) {
+        const float* xr = x.data() + (gather ? plan.row_token[r] : r) * ldx;
+        for (int64_t col = 0; col < c.n; ++col) {
+          const float* wr = w.data() + (e * c.n + col) * c.k;
+          double s = 0;
+          for (int64_t i = 0; i < c.k; ++i) s += double{xr[i]} * wr[i];
+          want.push_back(static_cast<float>(s));
+          got.push_back(y[r * ldy + col]);
+        }
+      }
+    }
+    EXPECT_LT(RelError(got, want), Tolerance(out_dtype));
+    // Rows past the total and the padding columns stay untouched.
+    int64_t touched = 0;
+    for (int64_t r = 0; r < max_rows; ++r) {
+      for (int64_t col = r < rows ? c.n : 0; col < ldy; ++col)
+        touched += !std::isnan(y[r * ldy + col]);
+    }
+    EXPECT_EQ(touched, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeOutAndGather, MoeGroupedGemmTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::Bool()));
+
+TEST(MoeGroupedGemmEdgeTest, NoRowsWritesNothing) {
+  SKIP_WITHOUT_GPU();
+  // Every pair skipped: all tile slots are idle, on both paths.
+  for (const int64_t max_rows : {12, 4000}) {
+    const int64_t num_e = 8, n = 64, k = 64;
+    auto d_x = Upload(std::vector<float>(max_rows * k, 1.0f), DType::kBF16);
+    auto d_w = Upload(std::vector<float>(num_e * n * k, 1.0f), DType::kBF16);
+    auto d_offsets = UploadRaw(std::vector<int32_t>(num_e + 1, 0));
+    auto d_y = Poisoned(max_rows * n, DType::kF32);
+    kc::GroupedGemmParams p;
+    p.x = d_x.data();
+    p.ldx = k;
+    p.w = d_w.data();
+    p.expert_offsets = static_cast<const int32_t*>(d_offsets.data());
+    p.num_experts = num_e;
+    p.n = n;
+    p.k = k;
+    p.max_rows = max_rows;
+    p.y = d_y.data();
+    p.ldy = n;
+    p.out_dtype = DType::kF32;
+    ASSERT_CUDA_OK(kc::GroupedGemm(p, nullptr));
+    const auto y = Download(d_y, max_rows * n, DType::kF32);
+    EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }));
+    p.k = 60;  // not a multiple of 8
+    EXPECT_EQ(kc::GroupedGemm(p, nullptr), kInvalidValue);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class MoeSiluMulClampTest : public ::testing::TestWithParam<std::tuple<DType, float>> {};
+
+TEST_P(MoeSiluMulClampTest, MatchesCpuKernel) {
+  SKIP_WITHOUT_GPU();
+  const auto [in_dtype, limit] = GetParam();
+  std::mt19937 rng(11);
+  const int64_t rows = 37, inter = 136, ld_in = 2 * inter + 8, ld_out = inter + 8;
+  const int32_t live_rows = 29;  // the count on the device; rows past it stay untouched
+  const auto in = RoundTo(in_dtype, Random(rows * ld_in, rng, 6.0f));
+  auto d_in = Upload(in, in_dtype);
+  auto d_out = Poisoned(rows * ld_out, DType::kBF16);
+  auto d_count = UploadRaw(std::vector<int32_t>{live_rows});
+  kc::SiluMulClampParams p;
+  p.in = d_in.data();
+  p.in_dtype = in_dtype;
+  p.ld_in = ld_in;
+  p.out = d_out.data();
+  p.ld_out = ld_out;
+  p.rows = rows;
+  p.inter = inter;
+  p.limit = limit;
+  p.rows_on_device = static_cast<const int32_t*>(d_count.data());
+  ASSERT_CUDA_OK(kc::SiluMulClamp(p, nullptr));
+  const auto out = Download(d_out, rows * ld_out, DType::kBF16);
+
+  std::vector<float> want(live_rows * inter);
+  kernels::cpu::SiluMulParams ref;
+  ref.gate = in.data();
+  ref.up = in.data() + inter;
+  ref.out = want.data();
+  ref.rows = live_rows;
+  ref.dim = inter;
+  ref.gate_stride = ld_in;
+  ref.up_stride = ld_in;
+  ref.out_stride = inter;
+  ref.limit = limit;
+  kernels::cpu::SiluMul(ref);
+  std::vector<float> got(live_rows * inter);
+  for (int64_t r = 0; r < live_rows; ++r) {
+    std::copy_n(out.begin() + r * ld_out, inter, got.begin() + r * inter);
+  }
+  // bf16 output: each element within half an ulp (2^-9 relative) of the f32 result.
+  EXPECT_LT(RelError(got, want), 3e-3);
+  int64_t touched = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = r < live_rows ? inter : 0; c < ld_out; ++c) {
+      touched += !std::isnan(out[r * ld_out + c]);
+    }
+  }
+  EXPECT_EQ(touched, 0);
+  if (limit > 0) {
+    // The clamp matters at this input scale: without it the result differs.
+    std::vector<float> unclamped(live_rows * inter);
+    ref.out = unclamped.data();
+    ref.limit = 0.0f;
+    kernels::cpu::SiluMul(ref);
+    EXPECT_GT(RelError(got, unclamped), 1e-2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeInAndLimit, MoeSiluMulClampTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::Values(0.0f, 7.0f)));
+
+// ---------------------------------------------------------------------------------------------
+
+class MoeCombineTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(MoeCombineTest, MatchesHostReference) {
+  SKIP_WITHOUT_GPU();
+  const auto [y_dtype, with_shared] = GetParam();
+  std::mt19937 rng(5);
+  const int64_t tokens = 50, top_k = 6, num_e = 16, hidden = 136, ldy = hidden + 8;
+  const auto experts = Route(tokens, top_k, num_e, Routing::kRandom, rng, {3});
+  const HostPlan plan = PlanOnHost(experts, top_k, num_e);
+  const int64_t rows = plan.rows();
+  const auto y = RoundTo(y_dtype, Random(rows * ldy, rng));
+  const auto weights = Random(tokens * top_k, rng, 0.3f);
+  const auto shared = Random(tokens * hidden, rng);
+  auto d_y = Upload(y, y_dtype);
+  auto d_pair_row = UploadRaw(plan.pair_row);
+  auto d_weights = Upload(weights, DType::kF32);
+  auto d_shared = Upload(shared, DType::kF32);
+  auto d_out = Poisoned(tokens * hidden, DType::kF32);
+  kc::MoeCombineParams p;
+  p.y = d_y.data();
+  p.y_dtype = y_dtype;
+  p.ldy = ldy;
+  p.pair_row = static_cast<const int32_t*>(d_pair_row.data());
+  p.weights = static_cast<const float*>(d_weights.data());
+  p.num_tokens = tokens;
+  p.top_k = top_k;
+  p.hidden = hidden;
+  p.shared = with_shared ? static_cast<const float*>(d_shared.data()) : nullptr;
+  p.out = static_cast<float*>(d_out.data());
+  ASSERT_CUDA_OK(kc::MoeCombine(p, nullptr));
+  const auto out = Download(d_out, tokens * hidden, DType::kF32);
+  std::vector<float> want(tokens * hidden);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t d = 0; d < hidden; ++d) {
+      double s = with_shared ? shared[t * hidden + d] : 0.0;
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int32_t r = plan.pair_row[t * top_k + j];
+        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
+      }
+      want[t * hidden + d] = static_cast<float>(s);
+    }
+  }
+  // The inputs are exact on both sides; f32 sums of 7 terms.
+  EXPECT_LT(RelError(out, want), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeYAndShared, MoeCombineTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::Bool()));
+
+// ---------------------------------------------------------------------------------------------
+// The whole layer after routing: plan, w13 with the gather (f32 out), clamped SwiGLU (bf16),
+// w2 (f32 out), combine with a shared-expert output; against the host (double products, the CPU
+// SiluMul, the activation rounded to bf16 as the device stores it).
+
+TEST(MoePipelineTest, MatchesHostLayer) {
+  SKIP_WITHOUT_GPU();
+  const int64_t num_e = 8, hidden = 136, inter = 72, top_k = 3;
+  const float limit = 7.0f;
+  for (const int64_t tokens : {40, 100}) {  // 120 rows: skinny; 300 rows: tiled
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    std::mt19937 rng(static_cast<uint32_t>(tokens));
+    const auto experts = Route(tokens, top_k, num_e, Routing::kRandom, rng, {6});
+    const auto weights = Random(tokens * top_k, rng, 0.3f);
+    const auto x = RoundTo(DType::kBF16, Random(tokens * hidden, rng));
+    const auto w13 = RoundTo(DType::kBF16, Random(num_e * 2 * inter * hidden, rng, 0.35f));
+    const auto w2 = RoundTo(DType::kBF16, Random(num_e * hidden * inter, rng, 0.1f));
+    const auto shared = Random(tokens * hidden, rng);
+    const int64_t max_rows = tokens * top_k;
+
+    auto d_experts = UploadRaw(experts);
+    auto d_weights = Upload(weights, DType::kF32);
+    auto d_x = Upload(x, DType::kBF16);
+    auto d_w13 = Upload(w13, DType::kBF16);
+    auto d_w2 = Upload(w2, DType::kBF16);
+    auto d_shared = Upload(shared, DType::kF32);
+    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
+    auto d_row_token = Poisoned(max_rows, DType::kF32);
+    auto d_pair_row = Poisoned(max_rows, DType::kF32);
+    auto d_gate_up = Poisoned(max_rows * 2 * inter, DType::kF32);
+    auto d_act = Poisoned(max_rows * inter, DType::kBF16);
+    auto d_y = Poisoned(max_rows * hidden, DType::kF32);
+    auto d_out = Poisoned(tokens * hidden, DType::kF32);
+    const auto* offsets = static_cast<const int32_t*>(d_offsets.data());
+
+    kc::MoePlanParams plan;
+    plan.experts = static_cast<const int32_t*>(d_experts.data());
+    plan.num_tokens = tokens;
+    plan.top_k = top_k;
+    plan.num_experts = num_e;
+    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
+    plan.row_token = static_cast<int32_t*>(d_row_token.data());
+    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
+    ASSERT_CUDA_OK(kc::MoePlan(plan, nullptr));
+    kc::GroupedGemmParams g1;
+    g1.x = d_x.data();
+    g1.ldx = hidden;
+    g1.row_token = plan.row_token;
+    g1.w = d_w13.data();
+    g1.expert_offsets = offsets;
+    g1.num_experts = num_e;
+    g1.n = 2 * inter;
+    g1.k = hidden;
+    g1.max_rows = max_rows;
+    g1.y = d_gate_up.data();
+    g1.ldy = 2 * inter;
+    g1.out_dtype = DType::kF32;
+    ASSERT_CUDA_OK(kc::GroupedGemm(g1, nullptr));
+    kc::SiluMulClampParams s;
+    s.in = d_gate_up.data();
+    s.in_dtype = DType::kF32;
+    s.ld_in = 2 * inter;
+    s.out = d_act.data();
+    s.ld_out = inter;
+    s.rows = max_rows;
+    s.inter = inter;
+    s.limit = limit;
+    s.rows_on_device = offsets + num_e;
+    ASSERT_CUDA_OK(kc::SiluMulClamp(s, nullptr));
+    kc::GroupedGemmParams g2 = g1;
+    g2.x = d_act.data();
+    g2.ldx = inter;
+    g2.row_token = nullptr;
+    g2.w = d_w2.data();
+    g2.n = hidden;
+    g2.k = inter;
+    g2.y = d_y.data();
+    g2.ldy = hidden;
+    ASSERT_CUDA_OK(kc::GroupedGemm(g2, nullptr));
+    kc::MoeCombineParams cp;
+    cp.y = d_y.data();
+    cp.y_dtype = DType::kF32;
+    cp.ldy = hidden;
+    cp.pair_row = plan.pair_row;
+    cp.weights = static_cast<const float*>(d_weights.data());
+    cp.num_tokens = tokens;
+    cp.top_k = top_k;
+    cp.hidden = hidden;
+    cp.shared = static_cast<const float*>(d_shared.data());
+    cp.out = static_cast<float*>(d_out.data());
+    ASSERT_CUDA_OK(kc::MoeCombine(cp, nullptr));
+    const auto out = Download(d_out, tokens * hidden, DType::kF32);
+
+    std::vector<double> want(shared.begin(), shared.end());
+    std::vector<float> gate(inter), up(inter), act(inter);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int32_t e = experts[t * top_k + j];
+        if (e < 0) continue;
+        for (int64_t i = 0; i < 2 * inter; ++i) {
+          double acc = 0;
+          for (int64_t d = 0; d < hidden; ++d) {
+            acc += double{x[t * hidden + d]} * w13[(e * 2 * inter + i) * hidden + d];
+          }
+          (i < inter ? gate[i] : up[i - inter]) = static_cast<float>(acc);
+        }
+        kernels::cpu::SiluMulParams ref;
+        ref.gate = gate.data();
+        ref.up = up.data();
+        ref.out = act.data();
+        ref.rows = 1;
+        ref.dim = inter;
+        ref.limit = limit;
+        kernels::cpu::SiluMul(ref);
+        const auto act_bf16 = RoundTo(DType::kBF16, act);
+        for (int64_t d = 0; d < hidden; ++d) {
+          double acc = 0;
+          for (int64_t i = 0; i < inter; ++i) {
+            acc += double{act_bf16[i]} * w2[(e * hidden + d) * inter + i];
+          }
+          want[t * hidden + d] += weights[t * top_k + j] * acc;
+        }
+      }
+    }
+    // The activation rounds to bf16 on both sides; an f32 gate a last bit off can round it the
+    // other way (2^-8 relative, rarely), which stays far below this bound.
+    EXPECT_LT(RelError(out, std::vector<float>(want.begin(), want.end())), 1e-3);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timings at DeepSeek-V4-Flash shapes: 256 experts, hidden 4096, expert intermediate 2048 (w13
+// [256, 4096, 4096], w2 [256, 4096, 2048]), top-6 of random routing; a few entries of each
+// product checked against the host.
+
+TEST(MoeTiming, V4FlashGroupedGemm) {
+  SKIP_WITHOUT_GPU();
+  const int64_t num_e = 256, hidden = 4096, inter = 2048, top_k = 6;
+  auto d_w13 = cuda::DeviceBuffer::Allocate(num_e * 2 * inter * hidden * 2);
+  auto d_w2 = cuda::DeviceBuffer::Allocate(num_e * hidden * inter * 2);
+  ASSERT_TRUE(d_w13.ok() && d_w2.ok());
+  ASSERT_CUDA_OK(
+      kc::FillRandom(d_w13->data(), DType::kBF16, num_e * 2 * inter * hidden, 1, 0.03f, nullptr));
+  ASSERT_CUDA_OK(
+      kc::FillRandom(d_w2->data(), DType::kBF16, num_e * hidden * inter, 2, 0.03f, nullptr));
+  auto stream = cuda::Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  auto start = cuda::Event::Create(true), end = cuda::Event::Create(true);
+  ASSERT_TRUE(start.ok() && end.ok());
+
+  for (const int64_t tokens : {1, 64, 4096}) {
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    std::mt19937 rng(static_cast<uint32_t>(tokens));
+    std::vector<int32_t> experts(tokens * top_k);
+    std::vector<int32_t> all(num_e);
+    std::iota(all.begin(), all.end(), 0);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::shuffle(all.begin(), all.end(), rng);
+      std::copy_n(all.begin(), top_k, experts.begin() + t * top_k);
+    }
+    const HostPlan host = PlanOnHost(experts, top_k, num_e);
+    int64_t active = 0;
+    for (int64_t e = 0; e < num_e; ++e) active += host.offsets[e + 1] > host.offsets[e];
+    const int64_t rows = tokens * top_k;
+    auto d_experts = UploadRaw(experts);
+    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
+    auto d_row_token = Poisoned(rows, DType::kF32);
+    auto d_pair_row = Poisoned(rows, DType::kF32);
+    auto d_x = cuda::DeviceBuffer::Allocate(tokens * hidden * 2);
+    auto d_act = cuda::DeviceBuffer::Allocate(rows * inter * 2);
+    auto d_gate_up = cuda::DeviceBuffer::Allocate(rows * 2 * inter * 2);
+    auto d_y = cuda::DeviceBuffer::Allocate(rows * hidden * 4);
+    ASSERT_TRUE(d_x.ok() && d_act.ok() && d_gate_up.ok() && d_y.ok());
+    ASSERT_CUDA_OK(kc::FillRandom(d_x->data(), DType::kBF16, tokens * hidden, 3, 1.0f, nullptr));
+    ASSERT_CUDA_OK(kc::FillRandom(d_act->data(), DType::kBF16, rows * inter, 4, 1.0f, nullptr));
+    ASSERT_STATUS_OK(cuda::Synchronize());
+
+    kc::MoePlanParams plan;
+    plan.experts = static_cast<const int32_t*>(d_experts.data());
+    plan.num_tokens = tokens;
+    plan.top_k = top_k;
+    plan.num_experts = num_e;
+    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
+    plan.row_token = static_cast<int32_t*>(d_row_token.data());
+    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
+    kc::GroupedGemmParams g1;
+    g1.x = d_x->data();
+    g1.ldx = hidden;
+    g1.row_token = plan.row_token;
+    g1.w = d_w13->data();
+    g1.expert_offsets = plan.expert_offsets;
+    g1.num_experts = num_e;
+    g1.n = 2 * inter;
+    g1.k = hidden;
+    g1.max_rows = rows;
+    g1.y = d_gate_up->data();
+    g1.ldy = 2 * inter;
+    g1.out_dtype = DType::kBF16;
+    kc::GroupedGemmParams g2 = g1;
+    g2.x = d_act->data();
+    g2.ldx = inter;
+    g2.row_token = nullptr;
+    g2.w = d_w2->data();
+    g2.n = hidden;
+    g2.k = inter;
+    g2.y = d_y->data();
+    g2.ldy = hidden;
+    g2.out_dtype = DType::kF32;
+    void* s = stream->get();
+
+    auto time_ms = [&](auto&& launch) -> double {
+      const int iters = tokens >= 1024 ? 5 : 20;
+      for (int i = 0; i < 2; ++i) EXPECT_EQ(launch(), 0);
+      EXPECT_TRUE(start->Record(*stream).ok());
+      for (int i = 0; i < iters; ++i) EXPECT_EQ(launch(), 0);
+      EXPECT_TRUE(end->Record(*stream).ok());
+      EXPECT_TRUE(end->Synchronize().ok());
+      const auto ms = cuda::Event::ElapsedMs(*start, *end);
+      EXPECT_TRUE(ms.ok());
+      return ms.ok() ? *ms / iters : 0.0;
+    };
+    const double plan_ms = time_ms([&] { return kc::MoePlan(plan, s); });
+    const double g1_ms = time_ms([&] { return kc::GroupedGemm(g1, s); });
+    const double g2_ms = time_ms([&] { return kc::GroupedGemm(g2, s); });
+    ASSERT_STATUS_OK(stream->Synchronize());
+    EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, num_e + 1), host.offsets);
+    auto report = [&](const char* name, const kc::GroupedGemmParams& g, double ms, int64_t in_b,
+                      int64_t out_b) {
+      const double bytes = double(active) * g.n * g.k * 2 + double(in_b) + double(out_b);
+      const double flops = 2.0 * rows * g.n * g.k;
+      std::printf(
+          "[ MoE V4 ] %5lld tokens x top-%lld (%lld rows, %lld active experts) %s [%lld x %lld]: "
+          "%9.1f us, %7.0f GB/s, %6.1f TFLOP/s\n",
+          static_cast<long long>(tokens), static_cast<long long>(top_k),
+          static_cast<long long>(rows), static_cast<long long>(active), name,
+          static_cast<long long>(g.n), static_cast<long long>(g.k), ms * 1e3,
+          bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12);
+    };
+    std::printf("[ MoE V4 ] %5lld tokens: plan %.1f us\n", static_cast<long long>(tokens),
+                plan_ms * 1e3);
+    report("w13 (gather, bf16 out)", g1, g1_ms, tokens * hidden * 2, rows * 2 * inter * 2);
+    report("w2 (f32 out)", g2, g2_ms, rows * inter * 2, rows * hidden * 4);
+
+    // Spot checks: 24 random (row, column) entries of each product against the host.
+    auto check = [&](const kc::GroupedGemmParams& g, const cuda::DeviceBuffer& x,
+                     const cuda::DeviceBuffer& w, const cuda::DeviceBuffer& y, DType out) {
+      ASSERT_STATUS_OK(cuda::Synchronize());
+      std::vector<float> got, want;
+      std::uniform_int_distribution<int64_t> pick_row(0, rows - 1), pick_col(0, g.n - 1);
+      std::vector<uint16_t> xr(g.k), wr(g.k);
+      const size_t elem = out == DType::kF32 ? 4 : 2;
+      for (int i = 0; i < 24; ++i) {
+        const int64_t r = pick_row(rng), col = pick_col(rng);
+        const int64_t e = std::upper_bound(host.offsets.begin(), host.offsets.end(), r) -
+                          host.offsets.begin() - 1;
+        const int64_t src = g.row_token ? host.row_token[r] : r;
+        ASSERT_STATUS_OK(x.CopyToHost(xr.data(), g.k * 2, src * g.ldx * 2));
+        ASSERT_STATUS_OK(w.CopyToHost(wr.data(), g.k * 2, ((e * g.n + col) * g.k) * 2));
+        double acc = 0;
+        for (int64_t i2 = 0; i2 < g.k; ++i2) acc += double{Bf16ToF32(xr[i2])} * Bf16ToF32(wr[i2]);
+        want.push_back(static_cast<float>(acc));
+        uint32_t v = 0;
+        ASSERT_STATUS_OK(y.CopyToHost(&v, elem, (r * g.ldy + col) * elem));
+        float f;
+        if (out == DType::kF32) {
+          std::memcpy(&f, &v, 4);
+        } else {
+          f = Bf16ToF32(static_cast<uint16_t>(v));
+        }
+        got.push_back(f);
+      }
+      EXPECT_LT(RelError(got, want), Tolerance(out));
+    };
+    check(g1, *d_x, *d_w13, *d_gate_up, DType::kBF16);
+    check(g2, *d_act, *d_w2, *d_y, DType::kF32);
+  }
+}
+
+}  // namespace
+}  // namespace dinfer
