@@ -276,7 +276,7 @@ __device__ __forceinline__ void LoadKeys<bf16>(const bf16* src, float* dst) {
 template <typename T>
 __global__ void __launch_bounds__(kScoreThreads)
     ScoreKernel(const V4IndexerParams p, int64_t tiles_per_cta, int64_t heads_padded) {
-  extern __shared__ float q_s[];  // [head_dim][heads_padded + 4]
+  extern __shared__ __align__(16) float q_s[];  // [head_dim][heads_padded + 4]
   __shared__ __align__(16) float k_s[kChunkK][kKeyPitch];
   __shared__ float red[kScoreThreads / 16][kTileEntries];
   __shared__ float coef[kMaxQFloats / kChunkK];
