@@ -500,7 +500,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, V4IndexerTest,
                                            IndexerCase{8, 64, 4, 4, 16, DType::kBF16},
                                            IndexerCase{3, 32, 2, 8, 5, DType::kF32},
                                            IndexerCase{70, 32, 8, 4, 24, DType::kBF16},
-                                           IndexerCase{64, 128, 4, 64, 64, DType::kBF16}));
+                                           IndexerCase{64, 128, 4, 64, 64, DType::kBF16},
+                                           IndexerCase{64, 128, 4, 16, 40, DType::kF32},
+                                           IndexerCase{70, 128, 4, 8, 24, DType::kBF16},
+                                           IndexerCase{16, 128, 16, 8, 12, DType::kBF16}));
 
 // ---------------------------------------------------------------------------------------------
 // Timings of the V4-Flash shapes (and a check of the indexer's selections at that size)

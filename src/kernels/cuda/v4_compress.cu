@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/v4_compress.h"
 
 namespace dinfer::kernels::cuda {
@@ -244,11 +245,12 @@ constexpr int kChunkK = 32;       // head_dim slice of a key tile in shared memo
 constexpr int kMaxQFloats = 8192;
 constexpr int kKeyPitch = kTileEntries + 4;
 
+// Row of entry w in the keys plane (32-bit arithmetic: positions fit in int32).
 __device__ __forceinline__ int64_t EntryRow(const int32_t* table, int64_t block_size, int64_t rate,
                                             int64_t rows_per_block, int64_t w) {
-  const int64_t last = (w + 1) * rate - 1;
-  return static_cast<int64_t>(table[last / block_size]) * rows_per_block +
-         (last % block_size) / rate;
+  const int32_t bs = static_cast<int32_t>(block_size), r = static_cast<int32_t>(rate);
+  const int32_t last = (static_cast<int32_t>(w) + 1) * r - 1;
+  return static_cast<int64_t>(table[last / bs]) * rows_per_block + (last % bs) / r;
 }
 
 // Loads 4 (f32) or 8 (bf16) key elements as floats.
@@ -366,6 +368,136 @@ __global__ void __launch_bounds__(kScoreThreads)
       p.workspace[t * p.max_entries + e0 + tid] = s;
     }
   }
+}
+
+// Tensor-core scores for bf16 keys of 128 dims: S[h, w] = q_h · k_w by mma.sync m16n8k16 with f32
+// accumulators, q split exactly into three bf16 parts (hi + mid + lo == q), so the products are
+// those of f32 q and the sums f32 ones. A CTA of 4 warps takes 64 heads (16 a warp) against tiles
+// of 64 entries, double-buffered in shared memory by cp.async (key rows read whole, 256 bytes).
+constexpr int kTcThreads = 128;
+constexpr int kTcDim = 128;
+constexpr int kTcPitch = kTcDim + 8;  // bf16 elements a shared row: conflict-free ldmatrix
+constexpr int kTcMaxHeads = 1024;
+
+// The A fragments (m16n8k16, row-major) of 16 heads from h0, all 8 k-steps, in three bf16 parts.
+__device__ __forceinline__ void QFragments(const float* q, int64_t h0, int64_t heads, int lane,
+                                           uint32_t (&qa)[kTcDim / 16][3][4]) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int ks = 0; ks < kTcDim / 16; ++ks) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t h = h0 + g + (r & 1) * 8;
+      const int k = ks * 16 + 2 * c + (r >> 1) * 8;
+      float2 x = make_float2(0.0f, 0.0f);
+      if (h < heads) x = *reinterpret_cast<const float2*>(q + h * kTcDim + k);
+      const float hx = __bfloat162float(__float2bfloat16_rn(x.x));
+      const float hy = __bfloat162float(__float2bfloat16_rn(x.y));
+      const float rx = x.x - hx, ry = x.y - hy;
+      const float mx = __bfloat162float(__float2bfloat16_rn(rx));
+      const float my = __bfloat162float(__float2bfloat16_rn(ry));
+      qa[ks][0][r] = PackBf16(hx, hy);
+      qa[ks][1][r] = PackBf16(mx, my);
+      qa[ks][2][r] = PackBf16(rx - mx, ry - my);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kTcThreads)
+    ScoreKernelTc(const V4IndexerParams p, int64_t tiles_per_cta, int64_t heads_padded) {
+  __shared__ __align__(16) bf16 k_s[2][kTileEntries][kTcPitch];
+  __shared__ float red[kTcThreads / 32][kTileEntries];
+  __shared__ float coef[kTcMaxHeads];
+  WaitForPrerequisites();
+  AllowDependents();
+  const int64_t t = blockIdx.x;
+  const int64_t valid = min(static_cast<int64_t>(p.positions[t] + 1) / p.rate, p.max_entries);
+  const int64_t e_begin = static_cast<int64_t>(blockIdx.y) * tiles_per_cta * kTileEntries;
+  if (e_begin >= valid) return;
+  const int64_t e_end = min(valid, e_begin + tiles_per_cta * kTileEntries);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const float cs = p.scale * p.weights_scale;
+  for (int64_t h = tid; h < heads_padded; h += kTcThreads) {
+    coef[h] = h < p.num_heads ? p.weights[t * p.weights_stride + h] * cs : 0.0f;
+  }
+  const int32_t* table =
+      p.block_tables + static_cast<int64_t>(p.token_seq[t]) * p.max_blocks_per_seq;
+  const bf16* keys = static_cast<const bf16*>(p.keys);
+  const float* q = p.q + t * p.q_stride;
+  // Each thread copies 16-byte piece tid % 16 of rows tid / 16 + 8 i.
+  auto load_tile = [&](int buf, int64_t e0) {
+#pragma unroll
+    for (int i = 0; i < kTileEntries / 8; ++i) {
+      const int r = tid / 16 + 8 * i, piece = tid % 16;
+      const bool ok = e0 + r < e_end;
+      const bf16* src =
+          ok ? keys + EntryRow(table, p.block_size, p.rate, p.rows_per_block, e0 + r) * kTcDim +
+                   piece * 8
+             : keys;
+      CpAsync16(&k_s[buf][r][piece * 8], src, ok);
+    }
+    CpAsyncCommit();
+  };
+  const bool one_pass = heads_padded == 64;
+  uint32_t qa[kTcDim / 16][3][4];
+  if (one_pass) QFragments(q, warp * 16, p.num_heads, lane, qa);
+  const int64_t tiles = (e_end - e_begin + kTileEntries - 1) / kTileEntries;
+  load_tile(0, e_begin);
+  for (int64_t i = 0; i < tiles; ++i) {
+    const int buf = static_cast<int>(i & 1);
+    if (i + 1 < tiles) {
+      load_tile(buf ^ 1, e_begin + (i + 1) * kTileEntries);
+    } else {
+      CpAsyncCommit();
+    }
+    CpAsyncWait<1>();
+    __syncthreads();  // the tile is in shared memory (and coef written)
+    float sc[8][2] = {};
+    for (int64_t hb = 0; hb < heads_padded; hb += 64) {
+      if (!one_pass) QFragments(q, hb + warp * 16, p.num_heads, lane, qa);
+      float acc[8][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < kTcDim / 16; ++ks) {
+#pragma unroll
+        for (int j2 = 0; j2 < 4; ++j2) {
+          // Matrices: n-tile 2 j2 (k 0-7, 8-15), n-tile 2 j2 + 1 (k 0-7, 8-15).
+          const int m = lane >> 3, row = lane & 7;
+          uint32_t b[4];
+          LdMatrixX4(b, &k_s[buf][(2 * j2 + (m >> 1)) * 8 + row][ks * 16 + (m & 1) * 8]);
+#pragma unroll
+          for (int part = 0; part < 3; ++part) {
+            Mma(acc[2 * j2], qa[ks][part], b[0], b[1]);
+            Mma(acc[2 * j2 + 1], qa[ks][part], b[2], b[3]);
+          }
+        }
+      }
+      const float c0 = coef[hb + warp * 16 + g], c1 = coef[hb + warp * 16 + g + 8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        sc[j][0] += fmaxf(acc[j][0], 0.0f) * c0 + fmaxf(acc[j][2], 0.0f) * c1;
+        sc[j][1] += fmaxf(acc[j][1], 0.0f) * c0 + fmaxf(acc[j][3], 0.0f) * c1;
+      }
+    }
+    // Sum over the warp's heads (lanes of equal c), then over the warps.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float v = sc[j][e];
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 16);
+        if (g == 0) red[warp][j * 8 + 2 * c + e] = v;
+      }
+    }
+    __syncthreads();  // red written; every warp is done with this tile's buffer
+    const int64_t e0 = e_begin + i * kTileEntries;
+    if (tid < kTileEntries && e0 + tid < e_end) {
+      p.workspace[t * p.max_entries + e0 + tid] =
+          red[0][tid] + red[1][tid] + red[2][tid] + red[3][tid];
+    }
+  }
+  CpAsyncWait<0>();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -487,11 +619,11 @@ int64_t V4IndexerWorkspaceFloats(int64_t num_tokens, int64_t max_entries) {
 int V4IndexerTopK(const V4IndexerParams& p, void* stream) {
   if (p.num_tokens == 0) return 0;
   const int64_t heads_padded = (p.num_heads + kTileHeads - 1) / kTileHeads * kTileHeads;
-  if (p.num_heads <= 0 || p.head_dim <= 0 || p.head_dim % kChunkK != 0 ||
-      heads_padded * p.head_dim > kMaxQFloats || p.rate <= 0 || p.topk <= 0 || p.max_entries <= 0 ||
-      p.block_size <= 0 || p.rows_per_block <= 0 || p.q == nullptr || p.weights == nullptr ||
-      p.keys == nullptr || !Aligned16(p.keys) || p.token_seq == nullptr || p.positions == nullptr ||
-      p.block_tables == nullptr || p.workspace == nullptr || p.selected == nullptr) {
+  if (p.num_heads <= 0 || p.head_dim <= 0 || p.head_dim % kChunkK != 0 || p.rate <= 0 ||
+      p.topk <= 0 || p.max_entries <= 0 || p.block_size <= 0 || p.rows_per_block <= 0 ||
+      p.q == nullptr || p.weights == nullptr || p.keys == nullptr || !Aligned16(p.keys) ||
+      p.token_seq == nullptr || p.positions == nullptr || p.block_tables == nullptr ||
+      p.workspace == nullptr || p.selected == nullptr) {
     return cudaErrorInvalidValue;
   }
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -502,6 +634,17 @@ int V4IndexerTopK(const V4IndexerParams& p, void* stream) {
   if (chunks > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(chunks));
   const size_t smem = static_cast<size_t>(p.head_dim * (heads_padded + 4)) * sizeof(float);
+  const bool tensor_cores = p.keys_dtype == DType::kBF16 && p.head_dim == kTcDim &&
+                            heads_padded <= kTcMaxHeads && p.q_stride % 2 == 0 &&
+                            reinterpret_cast<uintptr_t>(p.q) % 8 == 0;
+  if (tensor_cores) {
+    const cudaError_t err = LaunchDependent(ScoreKernelTc, grid, dim3(kTcThreads), 0, s, p,
+                                            tiles_per_cta, heads_padded);
+    if (err != cudaSuccess) return err;
+    return LaunchDependent(SelectKernel, dim3(static_cast<unsigned>(p.num_tokens)),
+                           dim3(kSelectThreads), 0, s, p);
+  }
+  if (heads_padded * p.head_dim > kMaxQFloats) return cudaErrorInvalidValue;
   const cudaError_t err = DispatchFloat(p.keys_dtype, [&](auto tag) {
     using T = decltype(tag);
     return LaunchDependent(ScoreKernel<T>, grid, dim3(kScoreThreads), smem, s, p, tiles_per_cta,

@@ -18,10 +18,13 @@
 // strides multiples of 4; rotary_dim even and dim - rotary_dim even; dim <= 1024; the block sizes
 // and the rate nest (one divides the other).
 //
-// V4IndexerTopK: scores every valid entry of each token (f32 CUDA-core GEMM tiles of 64 heads x 64
-// entries per CTA, key rows read whole by groups of threads) into the workspace, then selects the
-// topk best per token by a 4-pass radix select (8 bits a pass) in shared memory. Limits: head_dim
-// % 32 == 0, round_up(num_heads, 64) * head_dim <= 8192 (V4: 64 x 128).
+// V4IndexerTopK: scores every valid entry of each token into the workspace, then selects the
+// topk best per token by a 4-pass radix select (8 bits a pass) in shared memory. bf16 keys of 128
+// dims: tensor cores (mma.sync bf16 with f32 accumulators, q split exactly into three bf16 parts,
+// so the result has f32 accuracy), 64 heads x 64 entries a CTA pass, key tiles double-buffered by
+// cp.async; any head count up to 1024. Otherwise f32 CUDA-core tiles of the same shape, which need
+// head_dim % 32 == 0 and round_up(num_heads, 64) * head_dim <= 8192. A CTA covers up to 16 tiles
+// of one token.
 //
 // Launcher conventions as in elementwise.h: plain params, a cudaStream_t as void*, no
 // synchronisation, grid shapes from the params' sizes only (device counts are read on the
