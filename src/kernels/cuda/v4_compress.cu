@@ -12,7 +12,6 @@ namespace {
 // Compressor
 
 constexpr int kMaxCompressThreads = 256;  // 4 dims a thread: dim <= 1024
-constexpr int kBatch = 4;                 // tokens whose rows are loaded ahead of their pooling
 
 // Online softmax pooling of one dimension: running max m, sum s, weighted sum a (the CPU's
 // Accumulator::Add, step for step).
@@ -121,8 +120,9 @@ __device__ void EmitEntry(const V4CompressParams& p, const Acc4& acc, int64_t po
 // One CTA pools the positions [ustart, uend] of one sequence: a whole window, or (the first unit
 // of the sequence in the batch) from the sequence's first token up to the end of every window
 // that reads or rewrites the state row of the block before it.
-template <typename T>
+template <typename T, bool kOverlap>
 __global__ void __launch_bounds__(kMaxCompressThreads) CompressKernel(const V4CompressParams p) {
+  constexpr int kBatch = kOverlap ? 4 : 8;  // tokens whose rows are loaded ahead of pooling
   __shared__ float partial[32];
   __shared__ float total;
   WaitForPrerequisites();
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kMaxCompressThreads) CompressKernel(const V4Co
   // window after a window started before `first` (its predecessor's first halves are in the
   // state) and the write of that state row again (when first is inside a block).
   int64_t first_end = window_end(first);
-  if (p.overlap && first % r != 0) first_end += r;
+  if (kOverlap && first % r != 0) first_end += r;
   if (first > 0 && first % bs != 0) {
     first_end = max(first_end, window_end(min(last, first / bs * bs + bs - 1)));
   }
@@ -153,12 +153,12 @@ __global__ void __launch_bounds__(kMaxCompressThreads) CompressKernel(const V4Co
     return;
   }
 
-  const int64_t dim = p.dim, state_width = (p.overlap ? 6 : 3) * dim;
-  const int64_t half = p.overlap ? dim : 0;  // column of the current window's half
+  const int64_t dim = p.dim, state_width = (kOverlap ? 6 : 3) * dim;
+  const int64_t half = kOverlap ? dim : 0;  // column of the current window's half
   const int d = static_cast<int>(threadIdx.x) * 4;
   const bool active = d < dim;
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
-  const int64_t width = p.overlap ? 2 * dim : dim;
+  const int64_t width = kOverlap ? 2 * dim : dim;
   Acc4 cur, next;
   cur.Clear();
   next.Clear();
@@ -166,9 +166,9 @@ __global__ void __launch_bounds__(kMaxCompressThreads) CompressKernel(const V4Co
     if (first > 0 && active) {
       const float* row = p.state + static_cast<int64_t>(table[(first - 1) / bs]) * state_width;
       cur.Load(row, dim, 0, d);
-      if (p.overlap) next.Load(row, dim, 1, d);
+      if constexpr (kOverlap) next.Load(row, dim, 1, d);
     }
-  } else if (p.overlap && active) {
+  } else if (kOverlap && active) {
     // The previous window's tokens are all in the batch: their first halves start this entry.
     for (int64_t c = ustart - r; c < ustart; c += kBatch) {
       float4 kv[kBatch], g[kBatch], bias[kBatch];
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kMaxCompressThreads) CompressKernel(const V4Co
         kv[u] = Load4(kv_row + half);
         g[u] = Load4(g_row + half);
         bias[u] = Load4(bias_row + half);
-        if (p.overlap) {
+        if constexpr (kOverlap) {
           kv1[u] = Load4(kv_row);
           g1[u] = Load4(g_row);
           bias1[u] = Load4(bias_row);
@@ -215,11 +215,11 @@ __global__ void __launch_bounds__(kMaxCompressThreads) CompressKernel(const V4Co
       if (pos > uend) break;
       if (active) {
         cur.Add(kv[u], g[u], bias[u]);
-        if (p.overlap) next.Add(kv1[u], g1[u], bias1[u]);
+        if constexpr (kOverlap) next.Add(kv1[u], g1[u], bias1[u]);
       }
       if (pos % r == r - 1) {
         EmitEntry<T>(p, cur, pos, seq, d, active, partial, &total);
-        if (p.overlap) {
+        if constexpr (kOverlap) {
           cur = next;
         } else {
           cur.Clear();
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kMaxCompressThreads) CompressKernel(const V4Co
       if (active && ((pos + 1) % bs == 0 || pos == last)) {
         float* row = p.state + static_cast<int64_t>(table[pos / bs]) * state_width;
         cur.Store(row, dim, 0, d);
-        if (p.overlap) next.Store(row, dim, 1, d);
+        if constexpr (kOverlap) next.Store(row, dim, 1, d);
       }
     }
   }
@@ -607,8 +607,9 @@ int V4Compress(const V4CompressParams& p, void* stream) {
   const dim3 grid(static_cast<unsigned>(p.num_tokens));
   return DispatchFloat(p.entries_dtype, [&](auto tag) {
     using T = decltype(tag);
-    return LaunchDependent(CompressKernel<T>, grid, dim3(threads), 0,
-                           static_cast<cudaStream_t>(stream), p);
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    return p.overlap ? LaunchDependent(CompressKernel<T, true>, grid, dim3(threads), 0, s, p)
+                     : LaunchDependent(CompressKernel<T, false>, grid, dim3(threads), 0, s, p);
   });
 }
 
