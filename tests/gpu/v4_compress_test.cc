@@ -495,7 +495,7 @@ TEST_P(V4IndexerTest, MatchesCpuReference) {
   CheckSelection(s, d, all);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, V4IndexerTest,
+INSTANTIATE_TEST_SUITE_P(V4IndexerShapes, V4IndexerTest,
                          ::testing::Values(IndexerCase{4, 32, 4, 16, 8, DType::kF32},
                                            IndexerCase{8, 64, 4, 4, 16, DType::kBF16},
                                            IndexerCase{3, 32, 2, 8, 5, DType::kF32},

@@ -11,7 +11,8 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Compressor
 
-constexpr int kMaxCompressThreads = 256;  // 4 dims a thread: dim <= 1024
+constexpr int kMaxCompressThreads = 128;  // 4 dims a thread: dim <= 512
+constexpr int kCompressMinCtas = 3;       // CTAs an SM keeps (registers: at most 170 a thread)
 
 // Online softmax pooling of one dimension: running max m, sum s, weighted sum a (the CPU's
 // Accumulator::Add, step for step).
@@ -117,36 +118,56 @@ __device__ void EmitEntry(const V4CompressParams& p, const Acc4& acc, int64_t po
   for (int i = 0; i < 4; ++i) out[i] = FromFloat<T>(y[i]);
 }
 
-// One CTA pools the positions [ustart, uend] of one sequence: a whole window, or (the first unit
-// of the sequence in the batch) from the sequence's first token up to the end of every window
-// that reads or rewrites the state row of the block before it.
+// One CTA pools the positions [ustart, uend] of one sequence. CTA s < num_seqs: the first unit of
+// sequence s, from its first token in the batch up to the end of every window that reads or
+// rewrites the state row of the block before it (and at least r tokens). CTA num_seqs + j: the
+// window starting in batch tokens [j r, j r + r) after the first unit, if any: only the sequence
+// of token j r can have one there (its first unit spans r tokens), and at most one.
 template <typename T, bool kOverlap>
-__global__ void __launch_bounds__(kMaxCompressThreads) CompressKernel(const V4CompressParams p) {
+__global__ void __launch_bounds__(kMaxCompressThreads, kCompressMinCtas)
+    CompressKernel(const V4CompressParams p) {
   constexpr int kBatch = kOverlap ? 4 : 8;  // tokens whose rows are loaded ahead of pooling
   __shared__ float partial[32];
   __shared__ float total;
   WaitForPrerequisites();
   AllowDependents();
-  const int64_t t0 = blockIdx.x;
-  const int seq = p.token_seq[t0];
-  const int64_t b = seq > 0 ? p.seq_token_end[seq - 1] : 0, e = p.seq_token_end[seq];
-  const int64_t first = p.positions[b], last = first + (e - b) - 1;
-  const int64_t r = p.rate, bs = p.block_size, p0 = p.positions[t0];
+  const int64_t r = p.rate, bs = p.block_size;
+  const bool first_unit = blockIdx.x < p.num_seqs;
+  int seq;
+  int64_t b, e, first, p0 = 0;
+  if (first_unit) {
+    seq = static_cast<int>(blockIdx.x);
+    b = seq > 0 ? p.seq_token_end[seq - 1] : 0;
+    e = p.seq_token_end[seq];
+    if (e <= b) return;
+    first = p.positions[b];
+  } else {
+    const int64_t ts = (static_cast<int64_t>(blockIdx.x) - p.num_seqs) * r;
+    seq = p.token_seq[ts];
+    const int64_t ps = p.positions[ts];
+    b = seq > 0 ? p.seq_token_end[seq - 1] : 0;
+    e = p.seq_token_end[seq];
+    first = ps - (ts - b);  // positions are consecutive
+    const int64_t ahead = (r - ps % r) % r;
+    if (ts + ahead >= e) return;
+    p0 = ps + ahead;
+  }
+  const int64_t last = first + (e - b) - 1;
   const auto window_end = [&](int64_t pos) { return pos / r * r + r - 1; };
-  // The first unit reads the state saved at first - 1 (both series). It must also cover the
-  // window after a window started before `first` (its predecessor's first halves are in the
-  // state) and the write of that state row again (when first is inside a block).
+  // The first unit reads the state saved at first - 1 (both series). It also covers the window
+  // after a window started before `first` (its predecessor's first halves are in the state; and
+  // the first unit spans r tokens) and the write of that state row again (first inside a block).
   int64_t first_end = window_end(first);
-  if (kOverlap && first % r != 0) first_end += r;
+  if (first % r != 0) first_end += r;
   if (first > 0 && first % bs != 0) {
     first_end = max(first_end, window_end(min(last, first / bs * bs + bs - 1)));
   }
   first_end = min(first_end, last);
   int64_t ustart, uend;
-  if (t0 == b) {
+  if (first_unit) {
     ustart = first;
     uend = first_end;
-  } else if (p0 % r == 0 && p0 > first_end) {
+  } else if (p0 > first_end) {
     ustart = p0;
     uend = min(last, p0 + r - 1);
   } else {
@@ -591,8 +612,8 @@ __global__ void __launch_bounds__(kSelectThreads) SelectKernel(const V4IndexerPa
 int V4Compress(const V4CompressParams& p, void* stream) {
   if (p.num_tokens == 0) return 0;
   const int64_t dim = p.dim, bs = p.block_size, r = p.rate;
-  if (dim <= 0 || dim % 4 != 0 || dim > 4 * kMaxCompressThreads || r <= 0 || bs <= 0 ||
-      (bs % r != 0 && r % bs != 0) || p.rotary_dim < 0 || p.rotary_dim > dim ||
+  if (p.num_seqs <= 0 || dim <= 0 || dim % 4 != 0 || dim > 4 * kMaxCompressThreads || r <= 0 ||
+      bs <= 0 || (bs % r != 0 && r % bs != 0) || p.rotary_dim < 0 || p.rotary_dim > dim ||
       p.rotary_dim % 2 != 0 || (dim - p.rotary_dim) % 2 != 0 || p.kv_stride % 4 != 0 ||
       p.gate_stride % 4 != 0 || !Aligned16(p.kv) || !Aligned16(p.gate) || !Aligned16(p.bias) ||
       !Aligned16(p.state) || !Aligned16(p.norm_weight) || p.kv == nullptr || p.gate == nullptr ||
@@ -604,7 +625,7 @@ int V4Compress(const V4CompressParams& p, void* stream) {
     return cudaErrorInvalidValue;
   }
   const int threads = static_cast<int>((dim / 4 + 31) / 32 * 32);
-  const dim3 grid(static_cast<unsigned>(p.num_tokens));
+  const dim3 grid(static_cast<unsigned>(p.num_seqs + (p.num_tokens + r - 1) / r));
   return DispatchFloat(p.entries_dtype, [&](auto tag) {
     using T = decltype(tag);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);

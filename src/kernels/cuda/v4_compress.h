@@ -12,11 +12,12 @@
 // pooling state after the last token of each window-group block and after the last token of the
 // sequence in the batch is written to that block's state row, so a later call (decode, chunked
 // prefill, a prefix hit starting at a block boundary) continues from it. One CTA pools one window
-// of a sequence (all its dims), so windows are pooled in parallel; the first windows of a
-// sequence that starts inside a block are pooled by one CTA, which reads the state before writing
-// the block's row again. Limits: dim % 4 == 0, kv / gate / bias 16-byte aligned with
-// strides multiples of 4; rotary_dim even and dim - rotary_dim even; dim <= 1024; the block sizes
-// and the rate nest (one divides the other).
+// of a sequence (all its dims, 4 a thread), so windows and sequences are pooled in parallel (grid:
+// num_seqs + ceil(num_tokens / rate) CTAs); the first windows of a sequence in the batch (up to
+// the end of the block it starts in, when it starts inside one) are pooled by one CTA, which
+// reads the state before writing that block's row again. Limits: dim % 4 == 0, dim <= 512; kv /
+// gate / bias / norm_weight / state 16-byte aligned, strides multiples of 4; rotary_dim even and
+// dim - rotary_dim even; the block size and the rate nest (one divides the other).
 //
 // V4IndexerTopK: scores every valid entry of each token into the workspace, then selects the
 // topk best per token by a 4-pass radix select (8 bits a pass) in shared memory. bf16 keys of 128
