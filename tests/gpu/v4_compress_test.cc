@@ -295,7 +295,7 @@ TEST_P(V4CompressTest, MatchesCpuAcrossCalls) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, V4CompressTest,
+INSTANTIATE_TEST_SUITE_P(V4CompressShapes, V4CompressTest,
                          ::testing::Values(CompressCase{64, 4, true, 16, 16, DType::kF32},
                                            CompressCase{64, 4, true, 4, 16, DType::kF32},
                                            CompressCase{64, 2, true, 8, 16, DType::kBF16},
