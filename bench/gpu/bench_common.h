@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include <boost/json.hpp>
@@ -77,5 +78,11 @@ struct ModelBenchOptions {
   bool kv_fp8 = false;  // an FP8 KV cache with bf16 weights (the KV read halves, nothing else)
 };
 StatusOr<boost::json::object> ModelBench(const ModelBenchOptions& options, const Limits& limits);
+// DeepSeek-V4 (mode "v4"): the first `layers` layers of CONFIG at full width.
+struct V4BenchOptions {
+  std::string config_path;
+  int64_t layers = 8;
+};
+StatusOr<boost::json::object> V4Bench(const V4BenchOptions& options, const Limits& limits);
 
 }  // namespace dinfer::bench

@@ -4,8 +4,13 @@
 //   dinfer_gpu_bench model CONFIG OUT.json [--no-throughput | --decode-only] [--fp8 | --kv-fp8]
 //                                              a random-weight model of CONFIG's shape: batch-1
 //                                              decode, prefill, idle gaps, 1,000/1,000 at 256
+//   dinfer_gpu_bench v4 CONFIG OUT.json [--layers N]
+//                                              DeepSeek-V4 at CONFIG's widths, its first N layers
+//                                              (default 8): decode at batch 1/16/64, prefill,
+//                                              per-layer times extrapolated to the full model
 // Every figure is a median of event-timed runs on random data; limits are measured in the run.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -62,7 +67,7 @@ Status Main(int argc, char** argv) {
   if (argc < 3) {
     return InvalidArgument(
         "usage: dinfer_gpu_bench kernels OUT.json [SECTION] | model CONFIG OUT.json "
-        "[--no-throughput | --decode-only] [--fp8 | --kv-fp8]");
+        "[--no-throughput | --decode-only] [--fp8 | --kv-fp8] | v4 CONFIG OUT.json [--layers N]");
   }
   if (cuda::DeviceCount() == 0) return MakeError(StatusCode::kFailedPrecondition, "no CUDA device");
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::GetDeviceInfo(0));
@@ -92,6 +97,15 @@ Status Main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--kv-fp8") == 0) o.kv_fp8 = true;
     }
     DINFER_ASSIGN_OR_RETURN(out["model"], ModelBench(o, limits));
+  } else if (mode == "v4" && argc >= 4) {
+    V4BenchOptions o;
+    o.config_path = argv[2];
+    path = argv[3];
+    for (int i = 4; i + 1 < argc; ++i) {
+      if (std::strcmp(argv[i], "--layers") == 0) o.layers = std::atoi(argv[++i]);
+    }
+    if (o.layers < 3) return InvalidArgument("--layers: at least 3");
+    DINFER_ASSIGN_OR_RETURN(out["v4"], V4Bench(o, limits));
   } else {
     return InvalidArgument("unknown mode '{}'", mode);
   }

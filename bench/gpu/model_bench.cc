@@ -10,6 +10,7 @@
 #include "base/mapped_file.h"
 #include "bench/gpu/bench_common.h"
 #include "model/config.h"
+#include "runner/cuda/gpu_decoder.h"
 #include "runner/cuda/gpu_runner.h"
 
 namespace dinfer::bench {

@@ -28,12 +28,13 @@ def main():
                                     text=True, check=True).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             commit = "unknown"
-    res = {"what": "dinfer on one GPU: CUDA tests, kernel speeds, a random-weight model of "
-                   "Llama-3.1-8B's shape (bf16) side by side with HF transformers",
+    res = {"what": "dinfer on one GPU: CUDA tests, kernel speeds, and the random-weight models of "
+                   "the stages run (Llama-3.1-8B's shape; DeepSeek-V4-Flash's widths) side by side "
+                   "with HF transformers",
            "rerun": "scripts/gpu OUTDIR (on the GPU machine; see scripts/gpu)",
            "commit": commit}
     for name in ("summary", "kernels", "model", "model_fp8", "model_kv_fp8", "hf", "startup",
-                 "engine"):
+                 "engine", "v4", "hf_v4"):
         data = load(os.path.join(outdir, name + ".json"))
         if data is not None:
             res[name] = data
@@ -56,6 +57,13 @@ def main():
         keys["engine_throughput_1000_1000_c256_tok_s"] = res["engine"]["output_throughput"]
     if "prefill_8x2048" in hf:
         keys["transformers_prefill_tflops"] = hf["prefill_8x2048"]["tflops"]
+    v4 = (res.get("v4") or {}).get("v4", {})
+    if "v4_decode_b1_roofline_fraction" in v4:
+        keys["v4_decode_b1_roofline_fraction"] = v4["v4_decode_b1_roofline_fraction"]
+        keys["v4_decode_b1_tok_s"] = v4["decode_b1"]["tok_s"]
+    hf_v4 = res.get("hf_v4") or {}
+    if "decode_b1" in hf_v4:
+        keys["transformers_v4_decode_b1_tok_s"] = hf_v4["decode_b1"]["tok_s"]
     res["keys"] = keys
     with open(dest, "w") as f:
         json.dump(res, f, indent=1)

@@ -4,7 +4,10 @@
 
 #ifdef DINFER_WITH_CUDA
 #include "backend/cuda/device.h"
+#include "model/archs/deepseek_v4.h"
 #include "model/layers/decoder.h"
+#include "runner/cuda/gpu_decoder.h"
+#include "runner/cuda/gpu_deepseek_v4.h"
 #include "runner/cuda/gpu_runner.h"
 #endif
 
@@ -45,14 +48,25 @@ StatusOr<std::unique_ptr<GpuRunner>> MakeGpuRunner(const Model& model, const Run
   if (cuda::DeviceCount() == 0) {
     return MakeError(StatusCode::kFailedPrecondition, "no CUDA device is visible");
   }
-  const auto* decoder = dynamic_cast<const layers::DecoderModel*>(&model);
-  if (decoder == nullptr) {
+  std::unique_ptr<GpuModel> gpu_model;
+  if (const auto* decoder = dynamic_cast<const layers::DecoderModel*>(&model)) {
+    DINFER_ASSIGN_OR_RETURN(auto d, GpuDecoder::Upload(*decoder, o.cuda_dtype));
+    if (o.cuda_fp8_weights) DINFER_RETURN_IF_ERROR(d->QuantizeWeightsFp8());
+    gpu_model = std::move(d);
+  } else if (const auto* v4 = dynamic_cast<const DeepseekV4Model*>(&model)) {
+    if (o.cuda_dtype != DType::kBF16 || o.cuda_fp8_weights) {
+      return Unimplemented("DeepSeek-V4 on CUDA runs with bf16 weights");
+    }
+    if (o.kv_cache_dtype != KvCacheDType::kAuto && o.kv_cache_dtype != KvCacheDType::kBF16) {
+      return Unimplemented("DeepSeek-V4 on CUDA keeps its KV cache in bf16");
+    }
+    DINFER_ASSIGN_OR_RETURN(gpu_model, GpuDeepseekV4::Upload(*v4));
+  } else {
     return Unimplemented("architecture '{}' has no CUDA forward pass", model.config().arch);
   }
-  DINFER_ASSIGN_OR_RETURN(auto gpu_model, GpuDecoder::Upload(*decoder, o.cuda_dtype));
-  if (o.cuda_fp8_weights) DINFER_RETURN_IF_ERROR(gpu_model->QuantizeWeightsFp8());
   GpuRunnerOptions g;
   g.num_blocks = BlocksFor(o);
+  g.group_num_blocks = o.group_num_blocks;
   g.block_size = o.block_size;
   g.max_seq_len = o.max_seq_len;
   g.max_num_tokens = o.max_num_tokens;
@@ -100,6 +114,12 @@ std::vector<int64_t> ModelRunner::KvBytesPerBlock(const Model& model, const Runn
         CpuKvLayout(model, o), static_cast<int64_t>(model.KvGroupsFor(o.block_size).size()));
   }
   const ModelConfig& c = model.config();
+  const std::vector<KvGroup> groups = model.KvGroupsFor(o.block_size);
+  if (groups.size() > 1) {  // the model's planes of its main layers (no draft layer on CUDA)
+    KvLayout layout = model.KvLayoutFor(o.block_size);
+    layout.resize(static_cast<size_t>(c.num_layers));
+    return KvStorage::GroupBytesPerBlock(layout, static_cast<int64_t>(groups.size()));
+  }
   const int64_t elem = o.kv_cache_dtype == KvCacheDType::kFp8 ? 1
                        : o.cuda_dtype == DType::kBF16         ? 2
                                                               : 4;
@@ -124,11 +144,6 @@ ModelRunner::ModelRunner(Model& model, const RunnerOptions& options)
                                 model.config().arch)
                   .status();
     if (!status_.ok()) return;
-  }
-  if (device_ == Device::kCuda && groups_.size() > 1) {
-    status_ = Unimplemented("the CUDA runner has one KV group; '{}' has {}", model.config().arch,
-                            groups_.size());
-    return;
   }
   if (device_ == Device::kCuda) {
     auto gpu = MakeGpuRunner(model, options);

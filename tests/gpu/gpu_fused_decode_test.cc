@@ -15,6 +15,7 @@
 #include "model/layers/decoder.h"
 #include "model/loader.h"
 #include "row_error.h"
+#include "runner/cuda/gpu_decoder.h"
 #include "runner/cuda/gpu_runner.h"
 #include "runner/model_runner.h"
 

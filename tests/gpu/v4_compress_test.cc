@@ -503,7 +503,11 @@ INSTANTIATE_TEST_SUITE_P(V4IndexerShapes, V4IndexerTest,
                                            IndexerCase{64, 128, 4, 64, 64, DType::kBF16},
                                            IndexerCase{64, 128, 4, 16, 40, DType::kF32},
                                            IndexerCase{70, 128, 4, 8, 24, DType::kBF16},
-                                           IndexerCase{16, 128, 16, 8, 12, DType::kBF16}));
+                                           IndexerCase{16, 128, 16, 8, 12, DType::kBF16},
+                                           // Head dims that are not whole 32-dim slices (the
+                                           // tiny model fixtures use 16).
+                                           IndexerCase{8, 16, 4, 16, 5, DType::kBF16},
+                                           IndexerCase{5, 40, 4, 8, 7, DType::kF32}));
 
 // ---------------------------------------------------------------------------------------------
 // Timings of the V4-Flash shapes (and a check of the indexer's selections at that size)

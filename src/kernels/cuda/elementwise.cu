@@ -11,12 +11,14 @@ __global__ void EmbeddingKernel(EmbeddingParams p) {
   AllowDependents();
   const int64_t t = blockIdx.x;
   const T* row = static_cast<const T*>(p.table) + static_cast<int64_t>(p.ids[t]) * p.dim;
-  float* out = p.out + t * p.dim;
+  float* out = p.out + t * (p.out_stride > 0 ? p.out_stride : p.dim);
   for (int64_t i = threadIdx.x * V; i < p.dim; i += blockDim.x * V) {
     float v[V];
     LoadVec(row + i, v);
+    for (int64_t c = 0; c < p.copies; ++c) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) out[i + j] = v[j] * p.scale;
+      for (int j = 0; j < V; ++j) out[c * p.dim + i + j] = v[j] * p.scale;
+    }
   }
 }
 

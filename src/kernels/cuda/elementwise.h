@@ -12,13 +12,15 @@
 
 namespace dinfer::kernels::cuda {
 
-// out[t] = f32(table[ids[t]]) * scale; table [vocab, dim] of `dtype`, out [tokens, dim] f32.
+// out[t] = f32(table[ids[t]]) * scale; table [vocab, dim] of `dtype`, out [tokens, dim] f32
+// (out_stride elements between rows; 0: dim). copies > 1 writes the row that many times side by
+// side (out + t * out_stride + c * dim): the residual streams of hyper-connections.
 struct EmbeddingParams {
   const void* table = nullptr;
   DType dtype = DType::kBF16;
   const int32_t* ids = nullptr;
   float* out = nullptr;
-  int64_t num_tokens = 0, dim = 0;
+  int64_t num_tokens = 0, dim = 0, out_stride = 0, copies = 1;
   float scale = 1.0f;
 };
 int Embedding(const EmbeddingParams& p, void* stream);

@@ -311,15 +311,17 @@ __global__ void __launch_bounds__(kScoreThreads)
   if (e_begin >= valid) return;
   const int64_t e_end = min(valid, e_begin + tiles_per_cta * kTileEntries);
   const int tid = threadIdx.x, hg = tid / 16, eg = tid % 16;
-  const int64_t D = p.head_dim, H = p.num_heads, qp = heads_padded + 4;
+  // Dims past head_dim (up to a whole slice) are zeros in q_s and in the key tiles.
+  const int64_t D = p.head_dim, Dp = (D + kChunkK - 1) / kChunkK * kChunkK, H = p.num_heads,
+                qp = heads_padded + 4;
   const float c = p.scale * p.weights_scale;
   for (int64_t h = tid; h < heads_padded; h += kScoreThreads) {
     coef[h] = h < H ? p.weights[t * p.weights_stride + h] * c : 0.0f;
   }
   const float* q = p.q + t * p.q_stride;
-  for (int64_t i = tid; i < heads_padded * D; i += kScoreThreads) {
-    const int64_t h = i / D, k = i % D;
-    q_s[k * qp + h] = h < H ? q[h * D + k] : 0.0f;
+  for (int64_t i = tid; i < heads_padded * Dp; i += kScoreThreads) {
+    const int64_t h = i / Dp, k = i % Dp;
+    q_s[k * qp + h] = h < H && k < D ? q[h * D + k] : 0.0f;
   }
   const int32_t* table =
       p.block_tables + static_cast<int64_t>(p.token_seq[t]) * p.max_blocks_per_seq;
@@ -342,14 +344,14 @@ __global__ void __launch_bounds__(kScoreThreads)
     float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t hb = 0; hb < heads_padded; hb += kTileHeads) {
       float acc[4][4] = {};
-      for (int64_t k0 = 0; k0 < D; k0 += kChunkK) {
+      for (int64_t k0 = 0; k0 < Dp; k0 += kChunkK) {
         __syncthreads();  // the previous slice is consumed (and q_s / coef are written)
 #pragma unroll
         for (int l = 0; l < kLoads; ++l) {
           const int v = tid + l * kScoreThreads, e = v / kLoadsPerRow;
           const int kk = (v % kLoadsPerRow) * kVecK;
           float x[kVecK];
-          if (rows[l] != nullptr) {
+          if (rows[l] != nullptr && k0 + kk < D) {
             LoadKeys<T>(rows[l] + k0, x);
           } else {
 #pragma unroll
@@ -641,11 +643,11 @@ int64_t V4IndexerWorkspaceFloats(int64_t num_tokens, int64_t max_entries) {
 int V4IndexerTopK(const V4IndexerParams& p, void* stream) {
   if (p.num_tokens == 0) return 0;
   const int64_t heads_padded = (p.num_heads + kTileHeads - 1) / kTileHeads * kTileHeads;
-  if (p.num_heads <= 0 || p.head_dim <= 0 || p.head_dim % kChunkK != 0 || p.rate <= 0 ||
-      p.topk <= 0 || p.max_entries <= 0 || p.block_size <= 0 || p.rows_per_block <= 0 ||
-      p.q == nullptr || p.weights == nullptr || p.keys == nullptr || !Aligned16(p.keys) ||
-      p.token_seq == nullptr || p.positions == nullptr || p.block_tables == nullptr ||
-      p.workspace == nullptr || p.selected == nullptr) {
+  if (p.num_heads <= 0 || p.head_dim <= 0 || p.head_dim % 8 != 0 || p.rate <= 0 || p.topk <= 0 ||
+      p.max_entries <= 0 || p.block_size <= 0 || p.rows_per_block <= 0 || p.q == nullptr ||
+      p.weights == nullptr || p.keys == nullptr || !Aligned16(p.keys) || p.token_seq == nullptr ||
+      p.positions == nullptr || p.block_tables == nullptr || p.workspace == nullptr ||
+      p.selected == nullptr) {
     return cudaErrorInvalidValue;
   }
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -655,7 +657,8 @@ int V4IndexerTopK(const V4IndexerParams& p, void* stream) {
   const int64_t chunks = (tiles + tiles_per_cta - 1) / tiles_per_cta;
   if (chunks > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(chunks));
-  const size_t smem = static_cast<size_t>(p.head_dim * (heads_padded + 4)) * sizeof(float);
+  const int64_t dim_padded = (p.head_dim + kChunkK - 1) / kChunkK * kChunkK;
+  const size_t smem = static_cast<size_t>(dim_padded * (heads_padded + 4)) * sizeof(float);
   const bool tensor_cores = p.keys_dtype == DType::kBF16 && p.head_dim == kTcDim &&
                             heads_padded <= kTcMaxHeads && p.q_stride % 2 == 0 &&
                             reinterpret_cast<uintptr_t>(p.q) % 8 == 0;
@@ -666,7 +669,7 @@ int V4IndexerTopK(const V4IndexerParams& p, void* stream) {
     return LaunchDependent(SelectKernel, dim3(static_cast<unsigned>(p.num_tokens)),
                            dim3(kSelectThreads), 0, s, p);
   }
-  if (heads_padded * p.head_dim > kMaxQFloats) return cudaErrorInvalidValue;
+  if (heads_padded * dim_padded > kMaxQFloats) return cudaErrorInvalidValue;
   const cudaError_t err = DispatchFloat(p.keys_dtype, [&](auto tag) {
     using T = decltype(tag);
     return LaunchDependent(ScoreKernel<T>, grid, dim3(kScoreThreads), smem, s, p, tiles_per_cta,

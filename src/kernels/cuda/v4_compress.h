@@ -24,8 +24,8 @@
 // dims: tensor cores (mma.sync bf16 with f32 accumulators, q split exactly into three bf16 parts,
 // so the result has f32 accuracy), 64 heads x 64 entries a CTA pass, key tiles double-buffered by
 // cp.async; any head count up to 1024. Otherwise f32 CUDA-core tiles of the same shape, which need
-// head_dim % 32 == 0 and round_up(num_heads, 64) * head_dim <= 8192. A CTA covers up to 16 tiles
-// of one token.
+// head_dim % 8 == 0 and round_up(num_heads, 64) * round_up(head_dim, 32) <= 8192. A CTA covers up
+// to 16 tiles of one token.
 //
 // Launcher conventions as in elementwise.h: plain params, a cudaStream_t as void*, no
 // synchronisation, grid shapes from the params' sizes only (device counts are read on the

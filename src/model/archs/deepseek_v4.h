@@ -34,7 +34,6 @@ class DeepseekV4Model final : public Model {
   Status ForwardDraft(const ops::OpContext& ctx, const ForwardInput& in, const KvStorage& kv,
                       const TensorView& logits) override;
 
- private:
   struct Block {
     TensorView attn_norm, ffn_norm;
     layers::HyperConnection attn_hc, ffn_hc;
@@ -46,6 +45,16 @@ class DeepseekV4Model final : public Model {
     TensorView e_proj, h_proj, enorm, hnorm, norm;
     layers::HyperHead head;
   };
+  // The weights, for backends that copy them (the CUDA runner).
+  const std::vector<Block>& layers() const { return layers_; }
+  const std::vector<Mtp>& mtp() const { return mtp_; }
+  const TensorView& embed() const { return embed_; }
+  const TensorView& lm_head() const { return lm_head_; }
+  const TensorView& final_norm() const { return norm_; }
+  const layers::HyperHead& hc_head() const { return hc_head_; }
+  const layers::V4Rope& rope() const { return rope_; }
+
+ private:
   explicit DeepseekV4Model(ModelConfig config) : Model(std::move(config)) {}
 
   static StatusOr<Block> LoadBlock(WeightSource& w, const std::string& prefix, const ModelConfig& c,

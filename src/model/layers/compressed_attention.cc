@@ -122,9 +122,10 @@ std::vector<KvPlane> DeepseekV4LayerPlanes(const ModelConfig& c, V4Attention kin
   return planes;
 }
 
-StatusOr<CompressedAttention::CompressorWeights> CompressedAttention::LoadCompressor(
-    WeightSource& w, const std::string& prefix, const ModelConfig& c, int64_t dim, int64_t rate,
-    bool overlap) {
+StatusOr<CompressorWeights> CompressedAttention::LoadCompressor(WeightSource& w,
+                                                                const std::string& prefix,
+                                                                const ModelConfig& c, int64_t dim,
+                                                                int64_t rate, bool overlap) {
   const DeepseekV4Config& v = *c.deepseek_v4;
   CompressorWeights cw;
   cw.dim = dim;
@@ -156,33 +157,34 @@ StatusOr<CompressedAttention> CompressedAttention::Load(WeightSource& w, const s
   a.eps_ = static_cast<float>(c.rms_norm_eps);
   const int64_t br = v.fp8_block_rows, bc = v.fp8_block_cols;
   const int64_t q_dim = c.num_heads * c.head_dim;
-  DINFER_ASSIGN_OR_RETURN(a.wq_a_,
+  DINFER_ASSIGN_OR_RETURN(a.w_.wq_a,
                           w.GetLinear(prefix + "wq_a.weight", a.q_rank_, a.hidden_, br, bc));
-  DINFER_ASSIGN_OR_RETURN(a.q_norm_, w.GetF32(prefix + "q_norm.weight", {a.q_rank_}));
-  DINFER_ASSIGN_OR_RETURN(a.wq_b_, w.GetLinear(prefix + "wq_b.weight", q_dim, a.q_rank_, br, bc));
-  DINFER_ASSIGN_OR_RETURN(a.wkv_,
+  DINFER_ASSIGN_OR_RETURN(a.w_.q_norm, w.GetF32(prefix + "q_norm.weight", {a.q_rank_}));
+  DINFER_ASSIGN_OR_RETURN(a.w_.wq_b, w.GetLinear(prefix + "wq_b.weight", q_dim, a.q_rank_, br, bc));
+  DINFER_ASSIGN_OR_RETURN(a.w_.wkv,
                           w.GetLinear(prefix + "wkv.weight", c.head_dim, a.hidden_, br, bc));
-  DINFER_ASSIGN_OR_RETURN(a.kv_norm_, w.GetF32(prefix + "kv_norm.weight", {c.head_dim}));
-  DINFER_ASSIGN_OR_RETURN(a.wo_a_, w.GetLinear(prefix + "wo_a.weight", a.groups_ * a.o_rank_,
-                                               q_dim / a.groups_, br, bc));
+  DINFER_ASSIGN_OR_RETURN(a.w_.kv_norm, w.GetF32(prefix + "kv_norm.weight", {c.head_dim}));
+  DINFER_ASSIGN_OR_RETURN(a.w_.wo_a, w.GetLinear(prefix + "wo_a.weight", a.groups_ * a.o_rank_,
+                                                 q_dim / a.groups_, br, bc));
   DINFER_ASSIGN_OR_RETURN(
-      a.wo_b_, w.GetLinear(prefix + "wo_b.weight", a.hidden_, a.groups_ * a.o_rank_, br, bc));
-  DINFER_ASSIGN_OR_RETURN(a.sinks_, w.GetF32(prefix + "attn_sink", {c.num_heads}));
+      a.w_.wo_b, w.GetLinear(prefix + "wo_b.weight", a.hidden_, a.groups_ * a.o_rank_, br, bc));
+  DINFER_ASSIGN_OR_RETURN(a.w_.sinks, w.GetF32(prefix + "attn_sink", {c.num_heads}));
   if (kind == V4Attention::kSliding) return a;
   const bool sparse = kind == V4Attention::kCompressedSparse;
-  DINFER_ASSIGN_OR_RETURN(a.compressor_, LoadCompressor(w, prefix + "compressor.", c, c.head_dim,
-                                                        v.Rate(kind), sparse));
+  DINFER_ASSIGN_OR_RETURN(a.w_.compressor, LoadCompressor(w, prefix + "compressor.", c, c.head_dim,
+                                                          v.Rate(kind), sparse));
   if (!sparse) return a;
   a.index_heads_ = v.index_heads;
   a.index_dim_ = v.index_head_dim;
   a.index_topk_ = v.index_topk;
-  DINFER_ASSIGN_OR_RETURN(a.index_compressor_, LoadCompressor(w, prefix + "indexer.compressor.", c,
-                                                              v.index_head_dim, v.csa_rate, true));
   DINFER_ASSIGN_OR_RETURN(
-      a.index_wq_b_,
+      a.w_.index_compressor,
+      LoadCompressor(w, prefix + "indexer.compressor.", c, v.index_head_dim, v.csa_rate, true));
+  DINFER_ASSIGN_OR_RETURN(
+      a.w_.index_wq_b,
       w.GetLinear(prefix + "indexer.wq_b.weight", v.index_heads * a.index_dim_, a.q_rank_, br, bc));
-  DINFER_ASSIGN_OR_RETURN(a.index_weights_, w.GetLinear(prefix + "indexer.weights_proj.weight",
-                                                        v.index_heads, a.hidden_, br, bc));
+  DINFER_ASSIGN_OR_RETURN(a.w_.index_weights, w.GetLinear(prefix + "indexer.weights_proj.weight",
+                                                          v.index_heads, a.hidden_, br, bc));
   return a;
 }
 
@@ -235,21 +237,21 @@ Status CompressedAttention::Forward(const ops::OpContext& ctx, const TensorView&
   const std::span<const float> inv_freq =
       kind_ == V4Attention::kSliding ? rope.main : rope.compress;
   TensorView qr = ws.Get(kQa, n, q_rank_);
-  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, wq_a_, nullptr, qr));
-  ops::RmsNorm(ctx, qr, q_norm_, eps_, qr);
+  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, w_.wq_a, nullptr, qr));
+  ops::RmsNorm(ctx, qr, w_.q_norm, eps_, qr);
   TensorView q = ws.Get(kQ, n, heads_ * d);
-  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, qr, wq_b_, nullptr, q));
+  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, qr, w_.wq_b, nullptr, q));
   ops::RmsNormPerHead(ctx, q, d, nullptr, eps_, q);
   ops::RopeTrailing(ctx, q, heads_, d, rotary_dim_, meta.positions, inv_freq, false);
   TensorView kv = ws.Get(kKv, n, d);
-  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, wkv_, nullptr, kv));
-  ops::RmsNorm(ctx, kv, kv_norm_, eps_, kv);
+  DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, w_.wkv, nullptr, kv));
+  ops::RmsNorm(ctx, kv, w_.kv_norm, eps_, kv);
   ops::RopeTrailing(ctx, kv, 1, d, rotary_dim_, meta.positions, inv_freq, false);
 
   std::optional<ops::CompressedPlane> compressed;
   std::optional<TensorView> selected;
-  if (compressor_) {
-    const int64_t rate = compressor_->rate;
+  if (w_.compressor) {
+    const int64_t rate = w_.compressor->rate;
     if (meta.block_size % rate != 0 && rate % meta.block_size != 0) {
       return InvalidArgument("DeepSeek-V4: blocks of {} tokens and compression rate {} do not nest",
                              meta.block_size, rate);
@@ -257,22 +259,23 @@ Status CompressedAttention::Forward(const ops::OpContext& ctx, const TensorView&
     compressed = ops::CompressedPlane{planes[2], plane_dtypes[2], rate,
                                       ops::CompressedRowsPerBlock(meta.block_size, rate),
                                       meta.group(plane_groups[2])};
-    DINFER_RETURN_IF_ERROR(Compress(ctx, *compressor_, x, StatePlane(planes, plane_dtypes, 1),
+    DINFER_RETURN_IF_ERROR(Compress(ctx, *w_.compressor, x, StatePlane(planes, plane_dtypes, 1),
                                     *compressed, meta, rope.compress, ws, kCompressor));
   }
-  if (index_compressor_) {
+  if (w_.index_compressor) {
     const ops::CompressedPlane keys{
-        planes[4], plane_dtypes[4], index_compressor_->rate,
-        ops::CompressedRowsPerBlock(meta.block_size, index_compressor_->rate),
+        planes[4], plane_dtypes[4], w_.index_compressor->rate,
+        ops::CompressedRowsPerBlock(meta.block_size, w_.index_compressor->rate),
         meta.group(plane_groups[4])};
-    DINFER_RETURN_IF_ERROR(Compress(ctx, *index_compressor_, x, StatePlane(planes, plane_dtypes, 3),
-                                    keys, meta, rope.compress, ws, kIndexCompressor));
+    DINFER_RETURN_IF_ERROR(Compress(ctx, *w_.index_compressor, x,
+                                    StatePlane(planes, plane_dtypes, 3), keys, meta, rope.compress,
+                                    ws, kIndexCompressor));
     TensorView iq = ws.Get(kIndexQ, n, index_heads_ * index_dim_);
-    DINFER_RETURN_IF_ERROR(ops::Linear(ctx, qr, index_wq_b_, nullptr, iq));
+    DINFER_RETURN_IF_ERROR(ops::Linear(ctx, qr, w_.index_wq_b, nullptr, iq));
     ops::RopeTrailing(ctx, iq, index_heads_, index_dim_, rotary_dim_, meta.positions, rope.compress,
                       false);
     TensorView iw = ws.Get(kIndexWeights, n, index_heads_);
-    DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, index_weights_, nullptr, iw));
+    DINFER_RETURN_IF_ERROR(ops::Linear(ctx, x, w_.index_weights, nullptr, iw));
     const float weight_scale = InvSqrt(index_heads_);
     for (int64_t i = 0; i < n * index_heads_; ++i) iw.as<float>()[i] *= weight_scale;
     selected = ws.Get(kSelected, n, index_topk_, DType::kI32);
@@ -285,14 +288,14 @@ Status CompressedAttention::Forward(const ops::OpContext& ctx, const TensorView&
   opt.head_dim = d;
   opt.window = window_;
   opt.scale = InvSqrt(d);
-  opt.sinks = sinks_.as<float>();
+  opt.sinks = w_.sinks.as<float>();
   ops::SparseAttention(ctx, q, kv, planes[0], plane_dtypes[0], compressed ? &*compressed : nullptr,
                        selected ? &*selected : nullptr, meta, opt, attn);
   // Keys are the values, so the outputs carry the keys' rotation: undo it at the query position.
   ops::RopeTrailing(ctx, attn, heads_, d, rotary_dim_, meta.positions, inv_freq, true);
   TensorView grouped = ws.Get(kGrouped, n, groups_ * o_rank_);
-  DINFER_RETURN_IF_ERROR(ops::GroupedLinear(ctx, attn, wo_a_, groups_, grouped));
-  return ops::Linear(ctx, grouped, wo_b_, nullptr, out);
+  DINFER_RETURN_IF_ERROR(ops::GroupedLinear(ctx, attn, w_.wo_a, groups_, grouped));
+  return ops::Linear(ctx, grouped, w_.wo_b, nullptr, out);
 }
 
 }  // namespace dinfer::layers

@@ -43,6 +43,18 @@ std::vector<KvGroup> DeepseekV4KvGroups(const ModelConfig& c, int64_t block_size
 std::vector<KvPlane> DeepseekV4LayerPlanes(const ModelConfig& c, V4Attention kind,
                                            int64_t block_size, DType kv_dtype = DType::kBF16);
 
+// The weights of one attention layer (views into the checkpoint or repacked FP8 copies).
+struct CompressorWeights {
+  TensorView wkv, wgate, ape, norm;  // ape [rate, width]; norm [dim]
+  int64_t dim = 0, rate = 0;
+  bool overlap = false;  // width = dim * (overlap ? 2 : 1)
+};
+struct CompressedAttentionWeights {
+  TensorView wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b, sinks;
+  std::optional<CompressorWeights> compressor, index_compressor;
+  TensorView index_wq_b, index_weights;
+};
+
 class CompressedAttention {
  public:
   // DeepSeek's names under `prefix` ("layers.3.attn."): wq_a, q_norm, wq_b, wkv, kv_norm, wo_a,
@@ -58,12 +70,10 @@ class CompressedAttention {
                  const ops::AttentionMetadata& meta, const V4Rope& rope, Workspace& ws,
                  const TensorView& out) const;
 
+  V4Attention kind() const { return kind_; }
+  const CompressedAttentionWeights& weights() const { return w_; }
+
  private:
-  struct CompressorWeights {
-    TensorView wkv, wgate, ape, norm;
-    int64_t dim = 0, rate = 0;
-    bool overlap = false;
-  };
   static StatusOr<CompressorWeights> LoadCompressor(WeightSource& w, const std::string& prefix,
                                                     const ModelConfig& c, int64_t dim, int64_t rate,
                                                     bool overlap);
@@ -75,9 +85,7 @@ class CompressedAttention {
                   Workspace& ws, int slot) const;
 
   V4Attention kind_ = V4Attention::kSliding;
-  TensorView wq_a_, q_norm_, wq_b_, wkv_, kv_norm_, wo_a_, wo_b_, sinks_;
-  std::optional<CompressorWeights> compressor_, index_compressor_;
-  TensorView index_wq_b_, index_weights_;
+  CompressedAttentionWeights w_;
   int64_t hidden_ = 0, heads_ = 0, head_dim_ = 0, rotary_dim_ = 0, q_rank_ = 0, groups_ = 0,
           o_rank_ = 0, window_ = 0;
   int64_t index_heads_ = 0, index_dim_ = 0, index_topk_ = 0;

@@ -30,6 +30,10 @@ class HyperConnection {
   void Post(const ops::OpContext& ctx, const TensorView& streams, const TensorView& y,
             Workspace& ws, const TensorView& out) const;
 
+  const TensorView& fn() const { return fn_; }        // [(2 + hc) * hc, hc * hidden] f32
+  const TensorView& base() const { return base_; }    // [(2 + hc) * hc]
+  const TensorView& scale() const { return scale_; }  // [3]
+
  private:
   HcSettings s_;
   TensorView fn_, base_, scale_;
@@ -42,6 +46,10 @@ class HyperHead {
   // streams [n, hc * hidden] -> out [n, hidden].
   Status Forward(const ops::OpContext& ctx, const TensorView& streams, Workspace& ws,
                  const TensorView& out) const;
+
+  const TensorView& fn() const { return fn_; }        // [hc, hc * hidden] f32
+  const TensorView& base() const { return base_; }    // [hc]
+  const TensorView& scale() const { return scale_; }  // [1]
 
  private:
   HcSettings s_;

@@ -28,12 +28,22 @@ class MoeLayer {
   Status Forward(const ops::OpContext& ctx, const TensorView& x, std::span<const int32_t> token_ids,
                  Workspace& ws, const TensorView& out) const;
 
-  int64_t num_experts() const { return static_cast<int64_t>(experts_.size()); }
-
- private:
   struct Expert {
     TensorView w1, w2, w3;  // gate [inter, hidden], down [hidden, inter], up [inter, hidden]
   };
+  int64_t num_experts() const { return static_cast<int64_t>(experts_.size()); }
+  const TensorView& gate() const { return gate_; }
+  const TensorView& bias() const { return bias_; }                  // data null: none
+  const std::vector<int32_t>& tid2eid() const { return tid2eid_; }  // empty: score routing
+  const std::vector<Expert>& experts() const { return experts_; }
+  const std::vector<Expert>& shared() const { return shared_; }
+  int64_t top_k() const { return top_k_; }
+  kernels::cpu::RouterScoring scoring() const { return scoring_; }
+  bool normalize() const { return normalize_; }
+  float scaling() const { return scaling_; }
+  float limit() const { return limit_; }
+
+ private:
   // y [m, hidden] = w2(silu(clamp(w1 x)) * clamp(w3 x)) for the rows of x [m, hidden].
   Status RunExpert(const ops::OpContext& ctx, const Expert& e, const TensorView& x, Workspace& ws,
                    const TensorView& y) const;

@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "backend/cuda/device.h"
-#include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/qkv.h"
 #include "model/layers/decoder.h"
+#include "runner/cuda/weight_upload.h"
 
 namespace dinfer {
 namespace {
@@ -20,61 +19,13 @@ using cuda::DeviceTensor;
 
 int64_t ElemBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 
-// Copies the rows of a checkpoint weight into rows [row_offset, ...) of a device matrix; block
-// formats are dequantised a few hundred rows at a time.
-Status CopyWeightRows(const TensorView& w, DeviceTensor& dst, int64_t row_offset) {
-  if (!IsQuantized(w.dtype)) return dst.CopyRowsFromHost(w, row_offset);
-  const int64_t rows = w.dim(0), cols = w.dim(1);
-  constexpr int64_t kRows = 256;
-  Tensor buf = Tensor::Empty(DType::kF32, {std::min(kRows, rows), cols});
-  std::vector<int32_t> ids;
-  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
-    const int64_t n = std::min(kRows, rows - r0);
-    ids.resize(static_cast<size_t>(n));
-    std::iota(ids.begin(), ids.end(), static_cast<int32_t>(r0));
-    kernels::cpu::EmbeddingParams p;
-    p.table = w.data;
-    p.dtype = w.dtype;
-    p.dim = cols;
-    p.row_bytes = RowBytes(w.dtype, cols);
-    p.vocab = rows;
-    p.ids = ids.data();
-    p.num_tokens = n;
-    p.out = buf.data<float>();
-    kernels::cpu::Embedding(p);
-    DINFER_RETURN_IF_ERROR(dst.CopyRowsFromHost(
-        TensorView::Make(buf.data<float>(), DType::kF32, {n, cols}), r0 + row_offset));
-  }
-  return OkStatus();
-}
-
-// One device matrix holding the given weights' rows one after the other.
-StatusOr<DeviceTensor> Fused(std::initializer_list<const TensorView*> parts, DType dtype) {
-  int64_t rows = 0;
-  const int64_t cols = (*parts.begin())->dim(1);
-  for (const TensorView* p : parts) rows += p->dim(0);
-  DINFER_ASSIGN_OR_RETURN(DeviceTensor t, DeviceTensor::Empty(dtype, {rows, cols}));
-  int64_t offset = 0;
-  for (const TensorView* p : parts) {
-    DINFER_RETURN_IF_ERROR(CopyWeightRows(*p, t, offset));
-    offset += p->dim(0);
-  }
-  return t;
-}
-
-StatusOr<DeviceTensor> HostF32(const std::vector<float>& v) {
-  return DeviceTensor::Upload(
-      TensorView::Make(const_cast<float*>(v.data()), DType::kF32, {static_cast<int64_t>(v.size())}),
-      DType::kF32);
-}
+using cuda::Bytes;
 
 StatusOr<std::optional<DeviceTensor>> OptionalF32(const std::optional<TensorView>& v) {
   if (!v) return std::optional<DeviceTensor>();
   DINFER_ASSIGN_OR_RETURN(DeviceTensor t, DeviceTensor::Upload(*v, DType::kF32));
   return std::optional<DeviceTensor>(std::move(t));
 }
-
-int64_t Bytes(const DeviceTensor& t) { return t.view().nbytes(); }
 
 }  // namespace
 
@@ -88,24 +39,24 @@ StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Upload(const layers::DecoderMo
   g->norm_weight_offset_ = model.options().norm_weight_offset;
   g->embed_scale_ =
       model.options().scale_embeddings ? std::sqrt(static_cast<float>(c.hidden_size)) : 1.0f;
-  DINFER_ASSIGN_OR_RETURN(g->embed_, Fused({&model.embed()}, dtype));
+  DINFER_ASSIGN_OR_RETURN(g->embed_, cuda::UploadRows({&model.embed()}, dtype));
   g->weight_bytes_ += Bytes(g->embed_);
   if (model.lm_head().data != model.embed().data) {
-    DINFER_ASSIGN_OR_RETURN(DeviceTensor head, Fused({&model.lm_head()}, dtype));
+    DINFER_ASSIGN_OR_RETURN(DeviceTensor head, cuda::UploadRows({&model.lm_head()}, dtype));
     g->lm_head_ = std::move(head);
   }
   DINFER_ASSIGN_OR_RETURN(g->final_norm_, DeviceTensor::Upload(model.final_norm(), DType::kF32));
-  DINFER_ASSIGN_OR_RETURN(g->inv_freq_, HostF32(model.inv_freq()));
+  DINFER_ASSIGN_OR_RETURN(g->inv_freq_, cuda::UploadF32(model.inv_freq()));
   const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
   for (const auto& src : model.layers()) {
     const layers::AttentionWeights& a = src.attn.weights();
     Layer l;
     DINFER_ASSIGN_OR_RETURN(l.input_norm, DeviceTensor::Upload(src.input_norm, DType::kF32));
     DINFER_ASSIGN_OR_RETURN(l.post_norm, DeviceTensor::Upload(src.post_norm, DType::kF32));
-    DINFER_ASSIGN_OR_RETURN(l.qkv, Fused({&a.q, &a.k, &a.v}, dtype));
-    DINFER_ASSIGN_OR_RETURN(l.o, Fused({&a.o}, dtype));
-    DINFER_ASSIGN_OR_RETURN(l.gate_up, Fused({&src.mlp.gate(), &src.mlp.up()}, dtype));
-    DINFER_ASSIGN_OR_RETURN(l.down, Fused({&src.mlp.down()}, dtype));
+    DINFER_ASSIGN_OR_RETURN(l.qkv, cuda::UploadRows({&a.q, &a.k, &a.v}, dtype));
+    DINFER_ASSIGN_OR_RETURN(l.o, cuda::UploadRows({&a.o}, dtype));
+    DINFER_ASSIGN_OR_RETURN(l.gate_up, cuda::UploadRows({&src.mlp.gate(), &src.mlp.up()}, dtype));
+    DINFER_ASSIGN_OR_RETURN(l.down, cuda::UploadRows({&src.mlp.down()}, dtype));
     if (a.q_bias || a.k_bias || a.v_bias) {
       std::vector<float> bias(static_cast<size_t>(q_dim + 2 * kv_dim), 0.0f);
       auto put = [&](const std::optional<TensorView>& b, int64_t at) {
@@ -114,7 +65,7 @@ StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Upload(const layers::DecoderMo
       put(a.q_bias, 0);
       put(a.k_bias, q_dim);
       put(a.v_bias, q_dim + kv_dim);
-      DINFER_ASSIGN_OR_RETURN(DeviceTensor b, HostF32(bias));
+      DINFER_ASSIGN_OR_RETURN(DeviceTensor b, cuda::UploadF32(bias));
       l.qkv_bias = std::move(b);
     }
     DINFER_ASSIGN_OR_RETURN(l.o_bias, OptionalF32(a.o_bias));
@@ -152,12 +103,12 @@ StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Random(const ModelConfig& c, u
     DINFER_ASSIGN_OR_RETURN(DeviceTensor head, random({c.vocab_size, h}, in_scale));
     g->lm_head_ = std::move(head);
   }
-  DINFER_ASSIGN_OR_RETURN(g->final_norm_, HostF32(ones));
-  DINFER_ASSIGN_OR_RETURN(g->inv_freq_, HostF32(layers::RopeInvFreq(c)));
+  DINFER_ASSIGN_OR_RETURN(g->final_norm_, cuda::UploadF32(ones));
+  DINFER_ASSIGN_OR_RETURN(g->inv_freq_, cuda::UploadF32(layers::RopeInvFreq(c)));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     Layer l;
-    DINFER_ASSIGN_OR_RETURN(l.input_norm, HostF32(ones));
-    DINFER_ASSIGN_OR_RETURN(l.post_norm, HostF32(ones));
+    DINFER_ASSIGN_OR_RETURN(l.input_norm, cuda::UploadF32(ones));
+    DINFER_ASSIGN_OR_RETURN(l.post_norm, cuda::UploadF32(ones));
     DINFER_ASSIGN_OR_RETURN(l.qkv, random({q_dim + 2 * kv_dim, h}, in_scale));
     DINFER_ASSIGN_OR_RETURN(l.o, random({h, q_dim}, 1.0f / std::sqrt(static_cast<float>(q_dim))));
     DINFER_ASSIGN_OR_RETURN(l.gate_up, random({2 * inter, h}, in_scale));
@@ -209,7 +160,8 @@ Status GpuDecoder::QuantizeWeightsFp8() {
   return OkStatus();
 }
 
-Status GpuDecoder::Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_split_cells) {
+Status GpuDecoder::Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_split_cells,
+                           int64_t /*max_seq_len*/) {
   if (max_tokens <= max_tokens_ && max_logits <= max_logits_ &&
       max_split_cells <= max_split_cells_) {
     return OkStatus();

@@ -15,8 +15,7 @@
 
 #include "backend/cuda/device_tensor.h"
 #include "kernels/cuda/gemm.h"
-#include "model/config.h"
-#include "tensor/dtype.h"
+#include "runner/cuda/gpu_model.h"
 
 namespace dinfer::layers {
 class DecoderModel;
@@ -24,37 +23,7 @@ class DecoderModel;
 
 namespace dinfer {
 
-// Device pointers into one step's plan.
-struct GpuStep {
-  int64_t num_tokens = 0, num_seqs = 0;
-  const int32_t* tokens = nullptr;
-  const int32_t* positions = nullptr;
-  const int32_t* token_seq = nullptr;
-  const int64_t* slots = nullptr;
-  const int32_t* seq_token_end = nullptr;
-  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
-  int64_t max_blocks_per_seq = 0;
-  const int32_t* logits_rows = nullptr;  // token index of each logits row
-  int64_t num_logits = 0;
-  // Attention work: tokens for the one-token kernel (and its key splits), tiles for the prefill
-  // one.
-  const int32_t* row_tokens = nullptr;
-  int64_t num_rows = 0, num_splits = 1;
-  const int32_t* tile_seq = nullptr;
-  const int32_t* tile_token = nullptr;
-  int64_t num_tiles = 0;
-};
-
-// Per-layer paged K and V caches ([num_blocks, block_size, kv_dim] of the model's dtype, or with
-// fp8 of e4m3fn bytes holding k / k_scale and v / v_scale).
-struct GpuKvCache {
-  std::vector<void*> k, v;
-  int64_t block_size = 0;
-  bool fp8 = false;
-  float k_scale = 1.0f, v_scale = 1.0f;
-};
-
-class GpuDecoder {
+class GpuDecoder final : public GpuModel {
  public:
   // Copies a DecoderModel's weights to the current device as `dtype` (f32 or bf16); quantized
   // weights are dequantised on the way.
@@ -70,20 +39,11 @@ class GpuDecoder {
   Status QuantizeWeightsFp8();
   bool fp8_weights() const { return fp8_weights_; }
 
-  // Activation buffers for steps of up to max_tokens tokens, max_logits logits rows and
-  // max_split_cells cells of split-K attention workspace (rows × heads × splits).
-  Status Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_split_cells);
-  int64_t max_tokens() const { return max_tokens_; }
-  int64_t max_logits() const { return max_logits_; }
+  Status Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_split_cells,
+                 int64_t max_seq_len) override;
+  Status Forward(const GpuStep& step, const GpuKvCache& kv, float* logits, void* stream) override;
 
-  // Enqueues one forward pass on `stream`: logits [step.num_logits, vocab] f32.
-  Status Forward(const GpuStep& step, const GpuKvCache& kv, float* logits, void* stream);
-
-  const ModelConfig& config() const { return config_; }
-  DType dtype() const { return dtype_; }
   int64_t kv_dim() const { return config_.num_kv_heads * config_.head_dim; }
-  // Bytes of weights one forward pass reads (each matrix once).
-  int64_t weight_bytes() const { return weight_bytes_; }
 
  private:
   struct Layer {
@@ -94,7 +54,7 @@ class GpuDecoder {
     std::optional<cuda::DeviceTensor> qkv_scale, o_scale, gate_up_scale, down_scale;
     int64_t sliding_window = 0;
   };
-  GpuDecoder(ModelConfig config, DType dtype) : config_(std::move(config)), dtype_(dtype) {}
+  GpuDecoder(ModelConfig config, DType dtype) : GpuModel(std::move(config), dtype) {}
   // y = x · wᵀ; e4m3 weights (with their scales) quantize x per row into act8_ first.
   Status Gemm(const void* x, const cuda::DeviceTensor& w, void* y, int64_t m, DType out,
               void* stream, const std::optional<cuda::DeviceTensor>& w_scale = std::nullopt);
@@ -109,19 +69,16 @@ class GpuDecoder {
   Status StagedGemv(kernels::cuda::GemvFusedParams f, const cuda::DeviceTensor& w, void* y,
                     int64_t m, DType out, void* stream);
 
-  ModelConfig config_;
-  DType dtype_;
   float norm_weight_offset_ = 0.0f;
   float embed_scale_ = 1.0f;
   float attn_scale_ = 1.0f, softcap_ = 0.0f;
   cuda::DeviceTensor embed_, final_norm_, inv_freq_;
   std::optional<cuda::DeviceTensor> lm_head_;  // absent: tied to embed_
   std::vector<Layer> layers_;
-  int64_t weight_bytes_ = 0;
   std::unique_ptr<kernels::cuda::GemmRunner> gemm_;
 
   cuda::DeviceArena arena_;
-  int64_t max_tokens_ = 0, max_logits_ = 0, max_split_cells_ = 0;
+  int64_t max_split_cells_ = 0;
   float* hidden_ = nullptr;  // [max_tokens, hidden] f32 residual stream
   // Fused decode steps alternate the residual stream between hidden_ and this
   // ([kGemvFusedMaxRows, hidden]).

@@ -18,7 +18,7 @@ size_t Align(size_t x) { return (x + 255) / 256 * 256; }
 
 }  // namespace
 
-StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuDecoder> model,
+StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuModel> model,
                                                        const GpuRunnerOptions& options) {
   std::unique_ptr<GpuRunner> r(new GpuRunner());
   GpuRunnerOptions& o = r->options_;
@@ -29,7 +29,6 @@ StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuDecode
   r->width_ = (o.max_seq_len + o.block_size - 1) / o.block_size;
   if (o.num_blocks <= 0) o.num_blocks = r->width_;
   if (o.max_logits_rows <= 0) o.max_logits_rows = o.max_num_seqs;
-  r->sink_block_ = o.num_blocks;
   r->model_ = std::move(model);
   DINFER_ASSIGN_OR_RETURN(const int device, cuda::CurrentDevice());
   DINFER_ASSIGN_OR_RETURN(r->device_, cuda::GetDeviceInfo(device));
@@ -41,31 +40,60 @@ StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuDecode
 
   const ModelConfig& c = r->model_->config();
   const bool fp8 = o.kv_cache_dtype == DType::kF8E4M3;
-  if (fp8 && (r->model_->dtype() != DType::kBF16 ||
+  if (fp8 && (!r->model_->dense_attention() || r->model_->dtype() != DType::kBF16 ||
               !kc::PrefillSupports(DType::kBF16, c.head_dim) || !(o.kv_scale > 0.0f))) {
     return InvalidArgument(
-        "an FP8 KV cache needs bf16 weights, head_dim 64 or 128 and a positive scale (got {}, "
-        "{}, {})",
+        "an FP8 KV cache needs dense attention, bf16 weights, head_dim 64 or 128 and a positive "
+        "scale (got {}, {}, {})",
         DTypeName(r->model_->dtype()), c.head_dim, o.kv_scale);
   }
-  const int64_t elem = fp8 ? 1 : (r->model_->dtype() == DType::kF32 ? 4 : 2);
-  const int64_t per_layer = (o.num_blocks + 1) * o.block_size * r->model_->kv_dim() * elem;
-  DINFER_ASSIGN_OR_RETURN(r->kv_memory_, cuda::DeviceBuffer::Allocate(
-                                             static_cast<size_t>(2 * c.num_layers * per_layer)));
+  // Each group's blocks and one sink block after them; each plane of each layer its own run.
+  r->groups_ = r->model_->KvGroupsFor(o.block_size);
+  if (r->groups_.size() > static_cast<size_t>(kMaxGpuKvGroups)) {
+    return Unimplemented("{} KV groups (the GPU runner has at most {})", r->groups_.size(),
+                         kMaxGpuKvGroups);
+  }
+  if (!o.group_num_blocks.empty() && o.group_num_blocks.size() != r->groups_.size()) {
+    return InvalidArgument("blocks for {} KV groups given, but the model has {}",
+                           o.group_num_blocks.size(), r->groups_.size());
+  }
+  for (size_t g = 0; g < r->groups_.size(); ++g) {
+    r->group_blocks_.push_back(o.group_num_blocks.empty() ? o.num_blocks : o.group_num_blocks[g]);
+  }
+  o.num_blocks = r->group_blocks_[0];
+  r->sink_block_ = o.num_blocks;
+  const KvLayout layout =
+      r->model_->KvLayoutFor(o.block_size, fp8 ? DType::kF8E4M3 : r->model_->dtype());
+  auto plane_bytes = [&](const KvPlane& p) {
+    return static_cast<size_t>((r->group_blocks_[static_cast<size_t>(p.group)] + 1) *
+                               p.rows_per_block * RowBytes(p.dtype, p.width));
+  };
+  size_t total = 0;
+  for (const auto& planes : layout) {
+    for (const KvPlane& p : planes) total += (plane_bytes(p) + 255) / 256 * 256;
+  }
+  DINFER_ASSIGN_OR_RETURN(r->kv_memory_, cuda::DeviceBuffer::Allocate(total));
   r->kv_.block_size = o.block_size;
   r->kv_.fp8 = fp8;
   r->kv_.k_scale = r->kv_.v_scale = o.kv_scale;
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    char* base = static_cast<char*>(r->kv_memory_.data());
-    r->kv_.k.push_back(base + 2 * i * per_layer);
-    r->kv_.v.push_back(base + (2 * i + 1) * per_layer);
+  char* at = static_cast<char*>(r->kv_memory_.data());
+  for (const auto& planes : layout) {
+    std::vector<void*>& ptrs = r->kv_.planes.emplace_back();
+    for (const KvPlane& p : planes) {
+      ptrs.push_back(at);
+      at += (plane_bytes(p) + 255) / 256 * 256;
+    }
+    if (r->model_->dense_attention()) {
+      r->kv_.k.push_back(ptrs[0]);
+      r->kv_.v.push_back(ptrs[1]);
+    }
   }
 
   const int64_t max_seqs = r->Bucket(o.max_num_seqs);
   const int64_t max_tokens = o.max_num_tokens + max_seqs;  // padding adds one token a sequence
   const int64_t max_logits = std::max(o.max_logits_rows, max_seqs);
-  DINFER_RETURN_IF_ERROR(
-      r->model_->Reserve(max_tokens, max_logits, c.num_heads * 4 * r->device_.multiprocessors));
+  DINFER_RETURN_IF_ERROR(r->model_->Reserve(
+      max_tokens, max_logits, c.num_heads * 4 * r->device_.multiprocessors, o.max_seq_len));
   const Layout cap =
       r->LayoutFor(max_tokens, max_seqs, max_tokens, max_tokens / kc::kPrefillTileTokens + max_seqs,
                    max_logits, r->width_);
@@ -83,6 +111,11 @@ StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuDecode
                                                static_cast<size_t>(max_logits) * sizeof(int32_t)));
   DINFER_ASSIGN_OR_RETURN(r->done_, cuda::Event::Create());
   return r;
+}
+
+int64_t GpuRunner::GroupWidth(size_t g, int64_t width) const {
+  const int64_t tokens = groups_[g].block_size;
+  return std::max<int64_t>(1, (width * options_.block_size + tokens - 1) / tokens);
 }
 
 int64_t GpuRunner::Bucket(int64_t n) const {
@@ -115,6 +148,12 @@ GpuRunner::Layout GpuRunner::LayoutFor(int64_t tokens, int64_t seqs, int64_t row
   l.row_tokens = take(static_cast<size_t>(rows) * 4);
   l.tile_seq = take(static_cast<size_t>(tiles) * 4);
   l.tile_token = take(static_cast<size_t>(tiles) * 4);
+  l.replay_end = take(static_cast<size_t>(seqs) * 4);
+  for (size_t g = 0; g < static_cast<size_t>(kMaxGpuKvGroups); ++g) {
+    l.group_tables[g] = g == 0 || g >= groups_.size()
+                            ? l.tables
+                            : take(static_cast<size_t>(seqs * GroupWidth(g, width)) * 4);
+  }
   l.total = at;
   return l;
 }
@@ -129,7 +168,11 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
   for (const SeqChunk& c : chunks) {
     const auto len = static_cast<int64_t>(c.tokens.size());
     tokens += len;
-    logits += c.logits == SeqChunk::Logits::kAll ? len : (c.logits == SeqChunk::Logits::kLast);
+    // Positions of a bounded replay rebuild KV only: no logits.
+    const int64_t fresh = std::clamp<int64_t>(c.start_pos + len - c.replay_end, 0, len);
+    logits += c.logits == SeqChunk::Logits::kAll
+                  ? fresh
+                  : (c.logits == SeqChunk::Logits::kLast && fresh > 0);
     if (use_tiles && len >= kMinPrefillTokens) {
       tiles += (len + kc::kPrefillTileTokens - 1) / kc::kPrefillTileTokens;
     } else {
@@ -156,6 +199,28 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
   auto* row_tokens = reinterpret_cast<int32_t*>(h + l.row_tokens);
   auto* tile_seq = reinterpret_cast<int32_t*>(h + l.tile_seq);
   auto* tile_token = reinterpret_cast<int32_t*>(h + l.tile_token);
+  auto* replay_end = reinterpret_cast<int32_t*>(h + l.replay_end);
+  bool any_replay = false;
+  // Groups 1, 2, ...: the chunk's own tables (or block_table when it gives none), the group's sink
+  // block after them.
+  auto fill_groups = [&](int64_t s, const SeqChunk* c) -> Status {
+    for (size_t g = 1; g < groups_.size(); ++g) {
+      int32_t* table = reinterpret_cast<int32_t*>(h + l.group_tables[g]) + s * GroupWidth(g, width);
+      const auto sink = static_cast<int32_t>(group_blocks_[g]);
+      std::span<const int32_t> src;
+      if (c != nullptr) src = c->group_tables.empty() ? c->block_table : c->group_tables[g - 1];
+      const int64_t copy =
+          std::min<int64_t>(GroupWidth(g, width), static_cast<int64_t>(src.size()));
+      for (int64_t b = 0; b < copy; ++b) {
+        if (src[b] < 0 || src[b] >= group_blocks_[g]) {
+          return InvalidArgument("block id {} of KV group {} out of range", src[b], g);
+        }
+        table[b] = src[b];
+      }
+      std::fill(table + copy, table + GroupWidth(g, width), sink);
+    }
+    return OkStatus();
+  };
 
   int64_t t = 0, nl = 0, nr = 0, nt = 0, max_keys = 1;
   for (int64_t s = 0; s < seqs; ++s) {
@@ -166,6 +231,8 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
       pos[t] = 0;
       seq[t] = static_cast<int32_t>(s);
       slots[t] = sink_block_ * bs;
+      replay_end[s] = 0;
+      DINFER_RETURN_IF_ERROR(fill_groups(s, nullptr));
       logits_rows[nl++] = static_cast<int32_t>(t);
       row_tokens[nr++] = static_cast<int32_t>(t);
       seq_end[s] = static_cast<int32_t>(++t);
@@ -189,6 +256,9 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
       table[b] = id;
     }
     std::fill(table + copy, table + width, static_cast<int32_t>(sink_block_));
+    DINFER_RETURN_IF_ERROR(fill_groups(s, &c));
+    replay_end[s] = static_cast<int32_t>(c.replay_end);
+    any_replay = any_replay || c.replay_end > 0;
     for (int64_t i = 0; i < len; ++i) {
       const int32_t id = c.tokens[i];
       if (id < 0 || id >= vocab) {
@@ -199,8 +269,8 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
       pos[t + i] = static_cast<int32_t>(p);
       seq[t + i] = static_cast<int32_t>(s);
       slots[t + i] = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-      if (c.logits == SeqChunk::Logits::kAll ||
-          (c.logits == SeqChunk::Logits::kLast && i + 1 == len)) {
+      if (p >= c.replay_end && (c.logits == SeqChunk::Logits::kAll ||
+                                (c.logits == SeqChunk::Logits::kLast && i + 1 == len))) {
         logits_rows[nl++] = static_cast<int32_t>(t + i);
       }
     }
@@ -244,18 +314,26 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
   step.seq_token_end = reinterpret_cast<const int32_t*>(d + l.seq_end);
   step.block_tables = reinterpret_cast<const int32_t*>(d + l.tables);
   step.max_blocks_per_seq = width;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    step.group_tables[g] = reinterpret_cast<const int32_t*>(d + l.group_tables[g]);
+    step.group_width[g] = g == 0 ? width : GroupWidth(g, width);
+    step.group_block_tokens[g] = groups_[g].block_size;
+  }
+  step.replay_end = any_replay ? reinterpret_cast<const int32_t*>(d + l.replay_end) : nullptr;
   step.logits_rows = reinterpret_cast<const int32_t*>(d + l.logits_rows);
   step.num_logits = logits;
   step.row_tokens = reinterpret_cast<const int32_t*>(d + l.row_tokens);
   step.num_rows = rows;
   // Graph steps are replayed while sequences grow: plan their splits for the longest context
   // the block tables can hold.
-  step.num_splits =
-      kc::ChooseAttentionSplits(rows,
-                                kc::AttentionRowsCtas(rows, model_->dtype(), mc.head_dim,
-                                                      options_.kv_cache_dtype == DType::kF8E4M3,
-                                                      mc.num_heads, mc.num_kv_heads),
-                                pad_to > 0 ? width * bs : max_keys, device_.multiprocessors);
+  step.num_splits = !model_->dense_attention()
+                        ? 1
+                        : kc::ChooseAttentionSplits(
+                              rows,
+                              kc::AttentionRowsCtas(rows, model_->dtype(), mc.head_dim,
+                                                    options_.kv_cache_dtype == DType::kF8E4M3,
+                                                    mc.num_heads, mc.num_kv_heads),
+                              pad_to > 0 ? width * bs : max_keys, device_.multiprocessors);
   step.tile_seq = reinterpret_cast<const int32_t*>(d + l.tile_seq);
   step.tile_token = reinterpret_cast<const int32_t*>(d + l.tile_token);
   step.num_tiles = tiles;
@@ -288,7 +366,8 @@ Status GpuRunner::Launch(std::span<const SeqChunk> chunks, const LaunchOptions& 
   size_t bytes = 0;
   DINFER_ASSIGN_OR_RETURN(
       GpuStep step,
-      Plan(chunks, pad_to, width, kc::PrefillSupports(model_->dtype(), c.head_dim), &bytes));
+      Plan(chunks, pad_to, width,
+           model_->dense_attention() && kc::PrefillSupports(model_->dtype(), c.head_dim), &bytes));
   DINFER_RETURN_IF_ERROR(
       cuda::CopyToDeviceAsync(plan_.data(), stage_[stage_index_].data(), bytes, stream_));
   DINFER_RETURN_IF_ERROR(stage_free_[stage_index_].Record(stream_));

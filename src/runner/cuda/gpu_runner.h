@@ -1,4 +1,4 @@
-// GpuRunner: executes steps (batches of SeqChunks) of a GpuDecoder on one CUDA device. It owns the
+// GpuRunner: executes steps (batches of SeqChunks) of a GpuModel on one CUDA device. It owns the
 // paged KV cache in device memory, a stream, the per-step plan (built on the host in pinned
 // memory, double-buffered, one copy to the device), CUDA graphs of decode steps per batch-size
 // bucket (captured on first use, replayed after), the logits / greedy tokens copied back, and
@@ -15,7 +15,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/memory.h"
 #include "backend/cuda/stream.h"
-#include "runner/cuda/gpu_decoder.h"
+#include "runner/cuda/gpu_model.h"
 #include "runner/device_sampling.h"
 #include "runner/seq_chunk.h"
 
@@ -23,6 +23,8 @@ namespace dinfer {
 
 struct GpuRunnerOptions {
   int64_t num_blocks = 0;  // KV blocks that block tables index; 0: max_seq_len of one sequence
+  // Blocks of each KV group of the model (GpuModel::KvGroupsFor); empty: num_blocks for each.
+  std::vector<int64_t> group_num_blocks;
   int64_t block_size = 16;
   int64_t max_seq_len = 4096;     // block tables hold max_seq_len / block_size entries
   int64_t max_num_tokens = 8192;  // tokens per step
@@ -46,7 +48,7 @@ struct LaunchOptions {
 
 class GpuRunner {
  public:
-  static StatusOr<std::unique_ptr<GpuRunner>> Create(std::unique_ptr<GpuDecoder> model,
+  static StatusOr<std::unique_ptr<GpuRunner>> Create(std::unique_ptr<GpuModel> model,
                                                      const GpuRunnerOptions& options);
 
   // Plans the step, copies the plan to the device and enqueues the forward pass; does not wait.
@@ -62,7 +64,7 @@ class GpuRunner {
   // no longer gives the model's. Valid until the next Launch.
   StatusOr<DeviceSampleOutput> Sample(const DeviceSampleBatch& batch);
 
-  const GpuDecoder& model() const { return *model_; }
+  const GpuModel& model() const { return *model_; }
   const cuda::Stream& stream() const { return stream_; }
   int64_t num_blocks() const { return options_.num_blocks; }
   int64_t block_size() const { return options_.block_size; }
@@ -72,7 +74,8 @@ class GpuRunner {
   // Byte offsets of the plan's arrays in the staging buffer and its device copy.
   struct Layout {
     size_t tokens, positions, token_seq, slots, seq_end, tables, logits_rows, row_tokens, tile_seq,
-        tile_token, total;
+        tile_token, replay_end, total;
+    size_t group_tables[kMaxGpuKvGroups];
   };
   GpuRunner() = default;
   Layout LayoutFor(int64_t tokens, int64_t seqs, int64_t rows, int64_t tiles, int64_t logits,
@@ -83,12 +86,17 @@ class GpuRunner {
                          bool use_tiles, size_t* bytes);
   int64_t Bucket(int64_t n) const;
 
-  std::unique_ptr<GpuDecoder> model_;
+  // Entries of group g's tables for group 0 tables of `width` entries.
+  int64_t GroupWidth(size_t g, int64_t width) const;
+
+  std::unique_ptr<GpuModel> model_;
   GpuRunnerOptions options_;
   cuda::DeviceInfo device_;
   cuda::Stream stream_;
   int64_t width_ = 0;       // block table entries per sequence at most
   int64_t sink_block_ = 0;  // the block padded sequences write to (one past the caller's)
+  std::vector<KvGroup> groups_;
+  std::vector<int64_t> group_blocks_;  // the caller's blocks of each group (its sink is the next)
   cuda::DeviceBuffer kv_memory_;
   GpuKvCache kv_;
   cuda::PinnedBuffer stage_[2];
