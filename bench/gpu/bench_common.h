@@ -82,7 +82,12 @@ StatusOr<boost::json::object> ModelBench(const ModelBenchOptions& options, const
 struct V4BenchOptions {
   std::string config_path;
   int64_t layers = 8;
+  bool decode_only = false;  // 16 batch-1 decode steps of the `layers` model (for a profiler)
 };
 StatusOr<boost::json::object> V4Bench(const V4BenchOptions& options, const Limits& limits);
+// Mode "v4-check": the checkpoint bench/gpu/v4_full_width.py wrote into DIR, on the GPU, against
+// transformers' float32 logits there; "pass" says whether the median row is within 8 * 2^-8 of
+// them and at most twice as far as transformers' own bf16 run.
+StatusOr<boost::json::object> V4Check(const std::string& dir);
 
 }  // namespace dinfer::bench

@@ -4,10 +4,13 @@
 //   dinfer_gpu_bench model CONFIG OUT.json [--no-throughput | --decode-only] [--fp8 | --kv-fp8]
 //                                              a random-weight model of CONFIG's shape: batch-1
 //                                              decode, prefill, idle gaps, 1,000/1,000 at 256
-//   dinfer_gpu_bench v4 CONFIG OUT.json [--layers N]
+//   dinfer_gpu_bench v4 CONFIG OUT.json [--layers N] [--decode-only]
 //                                              DeepSeek-V4 at CONFIG's widths, its first N layers
 //                                              (default 8): decode at batch 1/16/64, prefill,
 //                                              per-layer times extrapolated to the full model
+//   dinfer_gpu_bench v4-check DIR OUT.json    the full-width V4 checkpoint
+//   bench/gpu/v4_full_width.py
+//                                              wrote into DIR against transformers' logits there
 // Every figure is a median of event-timed runs on random data; limits are measured in the run.
 #include <cstdio>
 #include <cstdlib>
@@ -67,7 +70,8 @@ Status Main(int argc, char** argv) {
   if (argc < 3) {
     return InvalidArgument(
         "usage: dinfer_gpu_bench kernels OUT.json [SECTION] | model CONFIG OUT.json "
-        "[--no-throughput | --decode-only] [--fp8 | --kv-fp8] | v4 CONFIG OUT.json [--layers N]");
+        "[--no-throughput | --decode-only] [--fp8 | --kv-fp8] | v4 CONFIG OUT.json [--layers N] | "
+        "v4-check DIR OUT.json");
   }
   if (cuda::DeviceCount() == 0) return MakeError(StatusCode::kFailedPrecondition, "no CUDA device");
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::GetDeviceInfo(0));
@@ -97,19 +101,27 @@ Status Main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--kv-fp8") == 0) o.kv_fp8 = true;
     }
     DINFER_ASSIGN_OR_RETURN(out["model"], ModelBench(o, limits));
+  } else if (mode == "v4-check" && argc >= 4) {
+    path = argv[3];
+    DINFER_ASSIGN_OR_RETURN(out["v4_check"], V4Check(argv[2]));
   } else if (mode == "v4" && argc >= 4) {
     V4BenchOptions o;
     o.config_path = argv[2];
     path = argv[3];
-    for (int i = 4; i + 1 < argc; ++i) {
-      if (std::strcmp(argv[i], "--layers") == 0) o.layers = std::atoi(argv[++i]);
+    for (int i = 4; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc) o.layers = std::atoi(argv[++i]);
+      if (std::strcmp(argv[i], "--decode-only") == 0) o.decode_only = true;
     }
     if (o.layers < 3) return InvalidArgument("--layers: at least 3");
     DINFER_ASSIGN_OR_RETURN(out["v4"], V4Bench(o, limits));
   } else {
     return InvalidArgument("unknown mode '{}'", mode);
   }
-  return WriteJson(path, out);
+  DINFER_RETURN_IF_ERROR(WriteJson(path, out));
+  if (mode == "v4-check" && !out["v4_check"].as_object()["pass"].as_bool()) {
+    return InvalidArgument("the full-width DeepSeek-V4 check failed (see {})", path);
+  }
+  return OkStatus();
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ def main():
            "rerun": "scripts/gpu OUTDIR (on the GPU machine; see scripts/gpu)",
            "commit": commit}
     for name in ("summary", "kernels", "model", "model_fp8", "model_kv_fp8", "hf", "startup",
-                 "engine", "v4", "hf_v4"):
+                 "engine", "v4", "hf_v4", "v4_check"):
         data = load(os.path.join(outdir, name + ".json"))
         if data is not None:
             res[name] = data
@@ -61,6 +61,11 @@ def main():
     if "v4_decode_b1_roofline_fraction" in v4:
         keys["v4_decode_b1_roofline_fraction"] = v4["v4_decode_b1_roofline_fraction"]
         keys["v4_decode_b1_tok_s"] = v4["decode_b1"]["tok_s"]
+    check = (res.get("v4_check") or {}).get("v4_check", {})
+    if "median_row_error" in check:
+        keys["v4_full_width_2_layers_median_row_error"] = check["median_row_error"]
+        keys["v4_full_width_2_layers_transformers_bf16_median_row_error"] = check[
+            "transformers_bf16_median_row_error"]
     hf_v4 = res.get("hf_v4") or {}
     if "decode_b1" in hf_v4:
         keys["transformers_v4_decode_b1_tok_s"] = hf_v4["decode_b1"]["tok_s"]
