@@ -25,6 +25,11 @@ struct GemmParams {
   int64_t m = 0, n = 0, k = 0;
   DType in_dtype = DType::kBF16;   // f32 (full f32 arithmetic, no TF32) or bf16
   DType out_dtype = DType::kBF16;  // f32 or bf16
+  // Grouped (block-diagonal) products: y[:, g*group_n:(g+1)*group_n] = x[:, g*k:(g+1)*k] ·
+  // w[g*group_n:(g+1)*group_n, :]ᵀ for the n / group_n groups (DeepSeek-V4's grouped output
+  // projection); 0: one product. n must be a multiple of group_n. GemmRunner::Run runs the groups
+  // in one staged-GEMV launch where it applies, else one product per group.
+  int64_t group_n = 0;
 };
 
 // kAuto: for up to kGemvAutoMaxRows rows the staged GEMV (GemvFused, kPlain) where it applies,
@@ -51,6 +56,8 @@ int Gemv(const GemmParams& p, void* stream, GemvTiling tiling = {});
 //   kPlain:   f(x) = x, as Gemv.
 //   kSiluMul: f(x)[r] = silu(x[r, 0:k]) * x[r, k:2k] (gate and up halves of one row, ldx >= 2k),
 //             rounded to bf16 as SiluMul stores it.
+//             With gemm.group_n (kPlain only), output rows of group g read x's columns
+//             [g * k, (g + 1) * k).
 //   kRmsNorm: f(x)[r] = RmsNorm (elementwise.h) of residual[i] + add[i] (+ add_bias), with
 //             i = rows_index ? rows_index[r] : r, rounded to bf16; gemm.x is unused. When
 //             residual_out is set (with add; it must not alias residual), it receives the sums.

@@ -47,6 +47,7 @@ struct StagedArgs {
   void* y;
   int64_t ldy;
   int n, k, rows_per_block;
+  int group_n;  // > 0: rows of group g (row / group_n) read x + g * k
   const float* residual;
   const bf16* add;
   const float* add_bias;
@@ -58,14 +59,16 @@ struct StagedArgs {
 
 // Writes the M input rows (k elements each, bf16 as the unfused ops would store them) to xs.
 template <int M, GemvInput kIn>
-__device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs) {
+__device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs, int row0) {
   const int t = threadIdx.x;
   if constexpr (kIn == GemvInput::kPlain) {
+    // A CTA's rows lie in one group (LaunchStaged): its x columns start there.
+    const bf16* x = a.x + (a.group_n > 0 ? static_cast<int64_t>(row0 / a.group_n) * a.k : 0);
     for (int i = t * 8; i < a.k; i += kChunk) {
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         *reinterpret_cast<uint4*>(xs + m * a.k + i) =
-            *reinterpret_cast<const uint4*>(a.x + m * a.ldx + i);
+            *reinterpret_cast<const uint4*>(x + m * a.ldx + i);
       }
     }
   } else if constexpr (kIn == GemvInput::kSiluMul) {
@@ -196,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvStagedKernel(StagedArgs a) {
 #pragma unroll
   for (int c = 0; c < kStages; ++c) issue(c);
   WaitForPrerequisites();  // the input comes from the kernel before
-  StageInput<M, kIn>(a, xs);
+  StageInput<M, kIn>(a, xs, row0);
   __syncthreads();
   // Control flow costs no memory parallelism here: the bytes in flight are in the ring.
   for (int r = 0, c = 0; r < rows; ++r) {
@@ -267,6 +270,8 @@ cudaError_t LaunchStaged(StagedArgs a, int64_t m, int64_t n, int64_t k, int bloc
        --per_sm) {
     grid = std::min<int64_t>(n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
     rows_per_block = std::min((n + grid - 1) / grid, max_rows);
+    // Grouped products: a CTA's rows stay in one group (rows_per_block divides group_n).
+    while (a.group_n > 0 && a.group_n % rows_per_block != 0) --rows_per_block;
     grid = (n + rows_per_block - 1) / rows_per_block;
     smem = x_bytes + static_cast<size_t>(rows_per_block) * row_bytes;
     int fits = 0;
@@ -304,6 +309,10 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
     return false;
   }
   if (kRingBytes + static_cast<size_t>(g.m * g.k * 2 + kWarps * g.m * 4) > kMaxSmem) return false;
+  if (g.group_n < 0 || (g.group_n > 0 && (p.input != GemvInput::kPlain || g.n % g.group_n != 0 ||
+                                          g.ldx < g.n / g.group_n * g.k))) {
+    return false;
+  }
   switch (p.input) {
     case GemvInput::kPlain:
       return g.x != nullptr && g.ldx % 8 == 0 && Aligned16(g.x);
@@ -331,6 +340,7 @@ int GemvFused(const GemvFusedParams& p, void* stream) {
   a.n = static_cast<int>(g.n);
   a.k = static_cast<int>(g.k);
   a.rows_per_block = 0;
+  a.group_n = static_cast<int>(g.group_n);
   a.residual = p.residual;
   a.add = static_cast<const bf16*>(p.add);
   a.add_bias = p.add_bias;

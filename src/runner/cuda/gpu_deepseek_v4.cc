@@ -44,7 +44,7 @@ constexpr int64_t kSplitTokens = 256;
 
 }  // namespace
 
-void GpuDeepseekV4::Finish(Layer& l) {
+void GpuDeepseekV4::Finish(Layer& l, bool main) {
   const ModelConfig& c = config_;
   const DeepseekV4Config& v = *c.deepseek_v4;
   int64_t col = v.q_lora_rank + c.head_dim;
@@ -65,7 +65,92 @@ void GpuDeepseekV4::Finish(Layer& l) {
   const int64_t experts = l.w13.view().dim(0);
   const int64_t per_expert = (Bytes(l.w13) + Bytes(l.w2)) / std::max<int64_t>(experts, 1);
   weight_bytes_ += dense + Bytes(l.w13) + Bytes(l.w2);
-  token_weight_bytes_ += dense + std::min(v.experts_per_token, experts) * per_expert;
+  if (main) token_weight_bytes_ += dense + std::min(v.experts_per_token, experts) * per_expert;
+}
+
+StatusOr<GpuDeepseekV4::Layer> GpuDeepseekV4::UploadBlock(const DeepseekV4Model& model,
+                                                          size_t index, bool mtp) {
+  const ModelConfig& c = model.config();
+  const DType bf16 = DType::kBF16;
+  const DeepseekV4Model::Block& b = mtp ? model.mtp()[index].block : model.layers()[index];
+  const layers::CompressedAttentionWeights& a = b.attn.weights();
+  Layer l;
+  l.kind = b.attn.kind();
+  DINFER_ASSIGN_OR_RETURN(l.attn_norm, F32(b.attn_norm));
+  DINFER_ASSIGN_OR_RETURN(l.ffn_norm, F32(b.ffn_norm));
+  DINFER_ASSIGN_OR_RETURN(l.q_norm, F32(a.q_norm));
+  DINFER_ASSIGN_OR_RETURN(l.kv_norm, F32(a.kv_norm));
+  DINFER_ASSIGN_OR_RETURN(l.sinks, F32(a.sinks));
+  for (auto [dst, src] : {std::pair{&l.hc_attn, &b.attn_hc}, std::pair{&l.hc_ffn, &b.ffn_hc}}) {
+    DINFER_ASSIGN_OR_RETURN(dst->fn, F32(src->fn()));
+    DINFER_ASSIGN_OR_RETURN(dst->base, F32(src->base()));
+    DINFER_ASSIGN_OR_RETURN(dst->scale, F32(src->scale()));
+  }
+  std::vector<const TensorView*> x_parts = {&a.wq_a, &a.wkv};
+  auto compressor = [&](const std::optional<layers::CompressorWeights>& w,
+                        std::optional<Compressor>& dst) -> Status {
+    if (!w) return OkStatus();
+    Compressor comp;
+    DINFER_ASSIGN_OR_RETURN(comp.ape, F32(w->ape));
+    DINFER_ASSIGN_OR_RETURN(comp.norm, F32(w->norm));
+    comp.dim = w->dim;
+    comp.rate = w->rate;
+    comp.overlap = w->overlap;
+    dst = std::move(comp);
+    x_parts.push_back(&w->wkv);
+    x_parts.push_back(&w->wgate);
+    return OkStatus();
+  };
+  DINFER_RETURN_IF_ERROR(compressor(a.compressor, l.comp));
+  DINFER_RETURN_IF_ERROR(compressor(a.index_compressor, l.index_comp));
+  if (a.index_compressor) x_parts.push_back(&a.index_weights);
+  int64_t x_rows = 0;
+  for (const TensorView* p : x_parts) x_rows += p->dim(0);
+  DINFER_ASSIGN_OR_RETURN(l.x_proj, DeviceTensor::Empty(bf16, {x_rows, c.hidden_size}));
+  int64_t at = 0;
+  for (const TensorView* p : x_parts) {
+    DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(*p, l.x_proj, at));
+    at += p->dim(0);
+  }
+  if (a.index_compressor) {
+    DINFER_ASSIGN_OR_RETURN(l.q_proj, cuda::UploadRows({&a.wq_b, &a.index_wq_b}, bf16));
+  } else {
+    DINFER_ASSIGN_OR_RETURN(l.q_proj, cuda::UploadRows({&a.wq_b}, bf16));
+  }
+  DINFER_ASSIGN_OR_RETURN(l.wo_a, cuda::UploadRows({&a.wo_a}, bf16));
+  DINFER_ASSIGN_OR_RETURN(l.wo_b, cuda::UploadRows({&a.wo_b}, bf16));
+
+  const layers::MoeLayer& m = b.moe;
+  DINFER_ASSIGN_OR_RETURN(l.gate, cuda::UploadRows({&m.gate()}, bf16));
+  if (m.bias().data != nullptr) {
+    DINFER_ASSIGN_OR_RETURN(DeviceTensor bias, F32(m.bias()));
+    l.gate_bias = std::move(bias);
+  }
+  if (!m.tid2eid().empty()) {
+    const size_t bytes = m.tid2eid().size() * sizeof(int32_t);
+    DINFER_ASSIGN_OR_RETURN(l.tid2eid, cuda::DeviceBuffer::Allocate(bytes));
+    DINFER_RETURN_IF_ERROR(l.tid2eid.CopyFromHost(m.tid2eid().data(), bytes));
+  }
+  const int64_t ne = m.num_experts(), h = c.hidden_size, inter = c.intermediate_size;
+  DINFER_ASSIGN_OR_RETURN(l.w13, DeviceTensor::Empty(bf16, {ne, 2 * inter, h}));
+  DINFER_ASSIGN_OR_RETURN(l.w2, DeviceTensor::Empty(bf16, {ne, h, inter}));
+  for (int64_t e = 0; e < ne; ++e) {
+    const layers::MoeLayer::Expert& x = m.experts()[static_cast<size_t>(e)];
+    // Rows of expert e in a [E * rows, cols] view of the stacked matrices.
+    DeviceTensor& w13 = l.w13;
+    DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w1, w13, e * 2 * inter));
+    DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w3, w13, e * 2 * inter + inter));
+    DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w2, l.w2, e * h));
+  }
+  if (!m.shared().empty()) {
+    const layers::MoeLayer::Expert& s = m.shared()[0];
+    DINFER_ASSIGN_OR_RETURN(DeviceTensor w13, cuda::UploadRows({&s.w1, &s.w3}, bf16));
+    DINFER_ASSIGN_OR_RETURN(DeviceTensor w2, cuda::UploadRows({&s.w2}, bf16));
+    l.shared_w13 = std::move(w13);
+    l.shared_w2 = std::move(w2);
+  }
+  Finish(l, !mtp);
+  return l;
 }
 
 StatusOr<std::unique_ptr<GpuDeepseekV4>> GpuDeepseekV4::Upload(const DeepseekV4Model& model) {
@@ -83,85 +168,23 @@ StatusOr<std::unique_ptr<GpuDeepseekV4>> GpuDeepseekV4::Upload(const DeepseekV4M
   DINFER_ASSIGN_OR_RETURN(g->inv_freq_compress_, cuda::UploadF32(model.rope().compress));
   g->weight_bytes_ = g->token_weight_bytes_ = Bytes(g->lm_head_);
   for (size_t i = 0; i < model.layers().size(); ++i) {
-    const DeepseekV4Model::Block& b = model.layers()[i];
-    const layers::CompressedAttentionWeights& a = b.attn.weights();
-    Layer l;
-    l.kind = b.attn.kind();
-    DINFER_ASSIGN_OR_RETURN(l.attn_norm, F32(b.attn_norm));
-    DINFER_ASSIGN_OR_RETURN(l.ffn_norm, F32(b.ffn_norm));
-    DINFER_ASSIGN_OR_RETURN(l.q_norm, F32(a.q_norm));
-    DINFER_ASSIGN_OR_RETURN(l.kv_norm, F32(a.kv_norm));
-    DINFER_ASSIGN_OR_RETURN(l.sinks, F32(a.sinks));
-    for (auto [dst, src] : {std::pair{&l.hc_attn, &b.attn_hc}, std::pair{&l.hc_ffn, &b.ffn_hc}}) {
-      DINFER_ASSIGN_OR_RETURN(dst->fn, F32(src->fn()));
-      DINFER_ASSIGN_OR_RETURN(dst->base, F32(src->base()));
-      DINFER_ASSIGN_OR_RETURN(dst->scale, F32(src->scale()));
-    }
-    std::vector<const TensorView*> x_parts = {&a.wq_a, &a.wkv};
-    auto compressor = [&](const std::optional<layers::CompressorWeights>& w,
-                          std::optional<Compressor>& dst) -> Status {
-      if (!w) return OkStatus();
-      Compressor comp;
-      DINFER_ASSIGN_OR_RETURN(comp.ape, F32(w->ape));
-      DINFER_ASSIGN_OR_RETURN(comp.norm, F32(w->norm));
-      comp.dim = w->dim;
-      comp.rate = w->rate;
-      comp.overlap = w->overlap;
-      dst = std::move(comp);
-      x_parts.push_back(&w->wkv);
-      x_parts.push_back(&w->wgate);
-      return OkStatus();
-    };
-    DINFER_RETURN_IF_ERROR(compressor(a.compressor, l.comp));
-    DINFER_RETURN_IF_ERROR(compressor(a.index_compressor, l.index_comp));
-    if (a.index_compressor) x_parts.push_back(&a.index_weights);
-    int64_t x_rows = 0;
-    for (const TensorView* p : x_parts) x_rows += p->dim(0);
-    DINFER_ASSIGN_OR_RETURN(l.x_proj, DeviceTensor::Empty(bf16, {x_rows, c.hidden_size}));
-    int64_t at = 0;
-    for (const TensorView* p : x_parts) {
-      DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(*p, l.x_proj, at));
-      at += p->dim(0);
-    }
-    if (a.index_compressor) {
-      DINFER_ASSIGN_OR_RETURN(l.q_proj, cuda::UploadRows({&a.wq_b, &a.index_wq_b}, bf16));
-    } else {
-      DINFER_ASSIGN_OR_RETURN(l.q_proj, cuda::UploadRows({&a.wq_b}, bf16));
-    }
-    DINFER_ASSIGN_OR_RETURN(l.wo_a, cuda::UploadRows({&a.wo_a}, bf16));
-    DINFER_ASSIGN_OR_RETURN(l.wo_b, cuda::UploadRows({&a.wo_b}, bf16));
-
-    const layers::MoeLayer& m = b.moe;
-    DINFER_ASSIGN_OR_RETURN(l.gate, cuda::UploadRows({&m.gate()}, bf16));
-    if (m.bias().data != nullptr) {
-      DINFER_ASSIGN_OR_RETURN(DeviceTensor bias, F32(m.bias()));
-      l.gate_bias = std::move(bias);
-    }
-    if (!m.tid2eid().empty()) {
-      const size_t bytes = m.tid2eid().size() * sizeof(int32_t);
-      DINFER_ASSIGN_OR_RETURN(l.tid2eid, cuda::DeviceBuffer::Allocate(bytes));
-      DINFER_RETURN_IF_ERROR(l.tid2eid.CopyFromHost(m.tid2eid().data(), bytes));
-    }
-    const int64_t ne = m.num_experts(), h = c.hidden_size, inter = c.intermediate_size;
-    DINFER_ASSIGN_OR_RETURN(l.w13, DeviceTensor::Empty(bf16, {ne, 2 * inter, h}));
-    DINFER_ASSIGN_OR_RETURN(l.w2, DeviceTensor::Empty(bf16, {ne, h, inter}));
-    for (int64_t e = 0; e < ne; ++e) {
-      const layers::MoeLayer::Expert& x = m.experts()[static_cast<size_t>(e)];
-      // Rows of expert e in a [E * rows, cols] view of the stacked matrices.
-      DeviceTensor& w13 = l.w13;
-      DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w1, w13, e * 2 * inter));
-      DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w3, w13, e * 2 * inter + inter));
-      DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w2, l.w2, e * h));
-    }
-    if (!m.shared().empty()) {
-      const layers::MoeLayer::Expert& s = m.shared()[0];
-      DINFER_ASSIGN_OR_RETURN(DeviceTensor w13, cuda::UploadRows({&s.w1, &s.w3}, bf16));
-      DINFER_ASSIGN_OR_RETURN(DeviceTensor w2, cuda::UploadRows({&s.w2}, bf16));
-      l.shared_w13 = std::move(w13);
-      l.shared_w2 = std::move(w2);
-    }
-    g->Finish(l);
+    DINFER_ASSIGN_OR_RETURN(Layer l, g->UploadBlock(model, i, false));
     g->layers_.push_back(std::move(l));
+  }
+  if (!model.mtp().empty()) {
+    const DeepseekV4Model::Mtp& src = model.mtp()[0];
+    auto mtp = std::make_unique<Mtp>();
+    DINFER_ASSIGN_OR_RETURN(mtp->block, g->UploadBlock(model, 0, true));
+    DINFER_ASSIGN_OR_RETURN(mtp->e_proj, cuda::UploadRows({&src.e_proj}, bf16));
+    DINFER_ASSIGN_OR_RETURN(mtp->h_proj, cuda::UploadRows({&src.h_proj}, bf16));
+    DINFER_ASSIGN_OR_RETURN(mtp->enorm, F32(src.enorm));
+    DINFER_ASSIGN_OR_RETURN(mtp->hnorm, F32(src.hnorm));
+    DINFER_ASSIGN_OR_RETURN(mtp->norm, F32(src.norm));
+    DINFER_ASSIGN_OR_RETURN(mtp->head.fn, F32(src.head.fn()));
+    DINFER_ASSIGN_OR_RETURN(mtp->head.base, F32(src.head.base()));
+    DINFER_ASSIGN_OR_RETURN(mtp->head.scale, F32(src.head.scale()));
+    g->weight_bytes_ += Bytes(mtp->e_proj) + Bytes(mtp->h_proj);
+    g->mtp_ = std::move(mtp);
   }
   (void)v;
   DINFER_ASSIGN_OR_RETURN(g->gemm_, kc::GemmRunner::Create());
@@ -266,7 +289,7 @@ StatusOr<std::unique_ptr<GpuDeepseekV4>> GpuDeepseekV4::Random(const ModelConfig
       l.shared_w13 = std::move(w13);
       l.shared_w2 = std::move(w2);
     }
-    g->Finish(l);
+    g->Finish(l, true);
     g->layers_.push_back(std::move(l));
   }
   DINFER_RETURN_IF_ERROR(cuda::Synchronize());
@@ -333,6 +356,8 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
       n * si * 2,                                         // shared act
       n * h * 4,                                          // shared out
       max_logits * h * 2,                                 // head rows
+      mtp_ ? n * h * 4 : 0,                               // MTP e
+      mtp_ ? n * hc * h * 2 : 0,                          // MTP rows
   };
   size_t total = 0;
   for (int64_t s : sizes) total += static_cast<size_t>(s) + cuda::DeviceArena::kAlignment;
@@ -370,6 +395,17 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
   shared_act_ = p[i++];
   shared_out_ = static_cast<float*>(p[i++]);
   head_rows_ = p[i++];
+  mtp_e_ = static_cast<float*>(p[i++]);
+  mtp_rows_ = p[i++];
+  if (mtp_) {
+    std::vector<float> ones(static_cast<size_t>(n * hc), 1.0f),
+        eye(static_cast<size_t>(n * hc * hc));
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t j = 0; j < hc; ++j) eye[static_cast<size_t>((t * hc + j) * hc + j)] = 1.0f;
+    }
+    DINFER_ASSIGN_OR_RETURN(ones_, cuda::UploadF32(ones));
+    DINFER_ASSIGN_OR_RETURN(eye_, cuda::UploadF32(eye));
+  }
   max_tokens_ = max_tokens;
   max_logits_ = max_logits;
   max_seq_len_ = max_seq_len;
@@ -416,19 +452,85 @@ Status GpuDeepseekV4::Forward(const GpuStep& step, const GpuKvCache& kv, float* 
   for (size_t i = 0; i < layers_.size(); ++i) {
     DINFER_RETURN_IF_ERROR(RunLayer(layers_[i], static_cast<int64_t>(i), step, kv, stream));
   }
+  return Head(hc_head_, final_norm_, step, logits, stream);
+}
+
+Status GpuDeepseekV4::ForwardDraft(const GpuStep& step, const GpuKvCache& kv, float* logits,
+                                   void* stream) {
+  if (!mtp_) return MakeError(StatusCode::kFailedPrecondition, "the checkpoint has no MTP layer");
+  const ModelConfig& c = config_;
+  const DeepseekV4Config& v = *c.deepseek_v4;
+  const int64_t n = step.num_tokens, h = c.hidden_size, hc = v.hc_mult;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  if (n == 0) return OkStatus();
+  if (n > max_tokens_ || step.num_logits > max_logits_) {
+    return InvalidArgument("a step of {} tokens and {} logits rows exceeds the reserved {} / {}", n,
+                           step.num_logits, max_tokens_, max_logits_);
+  }
+  // The last Forward's final streams (streams_a_), each normed on its own, through h_proj.
+  kc::RmsNormParams hn;
+  hn.residual = streams_a_;
+  hn.write_back = false;
+  hn.weight = mtp_->hnorm.as<float>();
+  hn.out = mtp_rows_;
+  hn.dtype = DType::kBF16;
+  hn.rows = n * hc;
+  hn.dim = h;
+  hn.eps = eps;
+  DINFER_RETURN_IF_ERROR(Check(kc::RmsNorm(hn, stream), "MTP hnorm"));
+  DINFER_RETURN_IF_ERROR(
+      Gemm(mtp_rows_, h, mtp_->h_proj.data(), h, h, streams_b_, h, n * hc, DType::kF32, stream));
+  // The next tokens' embeddings, normed, through e_proj.
+  kc::EmbeddingParams e;
+  e.table = embed_.data();
+  e.dtype = DType::kBF16;
+  e.ids = step.tokens;
+  e.out = branch_;
+  e.num_tokens = n;
+  e.dim = h;
+  DINFER_RETURN_IF_ERROR(Check(kc::Embedding(e, stream), "MTP embedding"));
+  kc::RmsNormParams en = hn;
+  en.residual = branch_;
+  en.weight = mtp_->enorm.as<float>();
+  en.out = normed_;
+  en.rows = n;
+  DINFER_RETURN_IF_ERROR(Check(kc::RmsNorm(en, stream), "MTP enorm"));
+  DINFER_RETURN_IF_ERROR(
+      Gemm(normed_, h, mtp_->e_proj.data(), h, h, mtp_e_, h, n, DType::kF32, stream));
+  // streams_i += e for every stream: HcPost with post 1 and comb the identity.
+  kc::HcPostParams add;
+  add.streams = streams_b_;
+  add.y = mtp_e_;
+  add.post = ones_.as<float>();
+  add.comb = eye_.as<float>();
+  add.num_tokens = n;
+  add.hc = hc;
+  add.dim = h;
+  add.out = streams_a_;
+  DINFER_RETURN_IF_ERROR(Check(kc::HcPost(add, stream), "MTP streams"));
+  DINFER_RETURN_IF_ERROR(
+      RunLayer(mtp_->block, static_cast<int64_t>(layers_.size()), step, kv, stream));
+  return Head(mtp_->head, mtp_->norm, step, logits, stream);
+}
+
+Status GpuDeepseekV4::Head(const HcWeights& hc_head, const DeviceTensor& norm, const GpuStep& step,
+                           float* logits, void* stream) {
+  const ModelConfig& c = config_;
+  const DeepseekV4Config& v = *c.deepseek_v4;
+  const int64_t h = c.hidden_size;
   if (step.num_logits == 0) return OkStatus();
   kc::HcHeadParams head;
   head.streams = streams_a_;
   head.rows_index = step.logits_rows;
-  head.fn = hc_head_.fn.as<float>();
-  head.base = hc_head_.base.as<float>();
-  head.scale = hc_head_.scale.as<float>();
+  head.fn = hc_head.fn.as<float>();
+  head.base = hc_head.base.as<float>();
+  head.scale = hc_head.scale.as<float>();
   head.rows = step.num_logits;
-  head.hc = hc;
+  head.hc = v.hc_mult;
   head.dim = h;
   head.hc_eps = static_cast<float>(v.hc_eps);
   head.norm_eps = static_cast<float>(c.rms_norm_eps);
-  head.norm_weight = final_norm_.as<float>();
+  head.norm_weight = norm.as<float>();
   head.normed = head_rows_;
   head.normed_dtype = DType::kBF16;
   DINFER_RETURN_IF_ERROR(Check(kc::HcHead(head, stream), "hyper-connection head"));
@@ -628,12 +730,18 @@ Status GpuDeepseekV4::RunLayer(const Layer& l, int64_t layer, const GpuStep& ste
   DINFER_RETURN_IF_ERROR(Check(kc::V4SparseAttention(a, stream), "sparse attention"));
   // Grouped low-rank output projection: group g's heads through its own wo_a rows.
   const int64_t groups = v.o_groups, rank = v.o_lora_rank, per_group = q_dim / groups;
-  for (int64_t g = 0; g < groups; ++g) {
-    DINFER_RETURN_IF_ERROR(Gemm(static_cast<const uint16_t*>(attn_) + g * per_group, q_dim,
-                                static_cast<const uint16_t*>(l.wo_a.data()) + g * rank * per_group,
-                                rank, per_group, static_cast<uint16_t*>(grouped_) + g * rank,
-                                groups * rank, n, DType::kBF16, stream));
-  }
+  kc::GemmParams wo_a;
+  wo_a.x = attn_;
+  wo_a.ldx = q_dim;
+  wo_a.w = l.wo_a.data();
+  wo_a.ldw = per_group;
+  wo_a.y = grouped_;
+  wo_a.ldy = groups * rank;
+  wo_a.m = n;
+  wo_a.n = groups * rank;
+  wo_a.k = per_group;
+  wo_a.group_n = rank;
+  DINFER_RETURN_IF_ERROR(gemm_->Run(wo_a, stream));
   DINFER_RETURN_IF_ERROR(Gemm(grouped_, groups * rank, l.wo_b.data(), h, groups * rank, branch_, h,
                               n, DType::kF32, stream));
   kc::HcPostParams post;
