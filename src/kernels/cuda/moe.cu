@@ -31,6 +31,7 @@ __device__ __forceinline__ int WarpInclusiveScan(int v, int lane) {
 __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const MoePlanParams p) {
   extern __shared__ int32_t counts[];  // [kPlanWarps][num_experts]
   __shared__ int32_t warp_sums[kPlanWarps];
+  __shared__ int32_t warp_active[kPlanWarps];  // active experts a warp of threads, then scanned
   WaitForPrerequisites();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int num_e = static_cast<int>(p.num_experts);
@@ -58,9 +59,14 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const MoePlanParams p
     }
   }
   const int incl = WarpInclusiveScan(total, lane);
+  const unsigned active = __ballot_sync(0xffffffffu, e < num_e && total > 0);
   if (lane == 31) warp_sums[warp] = incl;
+  if (lane == 0) warp_active[warp] = __popc(active);
   __syncthreads();
-  if (warp == 0) warp_sums[lane] = WarpInclusiveScan(warp_sums[lane], lane);
+  if (warp == 0) {
+    warp_sums[lane] = WarpInclusiveScan(warp_sums[lane], lane);
+    warp_active[lane] = WarpInclusiveScan(warp_active[lane], lane);
+  }
   __syncthreads();
   const int first = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - total;
   if (e < num_e) {
@@ -68,6 +74,16 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const MoePlanParams p
     for (int w = 0; w < kPlanWarps; ++w) counts[w * num_e + e] += first;
   }
   if (tid == 0) p.expert_offsets[num_e] = warp_sums[kPlanWarps - 1];
+  if (p.active_experts != nullptr) {
+    // Active expert e goes to slot (active experts before it); the slots past the count get -1.
+    const int num_active = warp_active[kPlanWarps - 1];
+    if ((active >> lane) & 1u) {
+      p.active_experts[(warp > 0 ? warp_active[warp - 1] : 0) +
+                       __popc(active & ((1u << lane) - 1u))] = e;
+    }
+    if (e < num_e && e >= num_active) p.active_experts[e] = -1;
+    if (tid == 0) p.active_experts[num_e] = num_active;
+  }
   __syncthreads();
   AllowDependents();
 
@@ -241,6 +257,97 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4)
   const int64_t c = n0 + t * 2;
   if (ok0) StoreY<T>(p, tile.row0 + g, c, s.x, s.y, pairs);
   if (ok1) StoreY<T>(p, tile.row0 + g + 8, c, s.z, s.w, pairs);
+}
+
+// Skinny with the list of active experts: CTA (blockIdx.x, blockIdx.y) = weight rows
+// [32 x, 32 x + 32) of expert active_experts[y] and all of its rows, 32 at a time. Warp w owns 8
+// of the weight rows and the whole of k, so no reduction: lane (g, t) streams elements
+// 8 t .. 8 t + 7 of each 32-wide k chunk of weight row g (the permutation of the skinny kernel),
+// 8 chunks a round, the next round's loads issued before this round's products (8 to 16 16-byte
+// loads in flight a lane). x rows come through L1 (the 4 warps read the same ones).
+constexpr int kListN = 32;
+constexpr int kListThreads = 128;
+constexpr int kListUnroll = 8;
+constexpr int kListM = 32;  // rows a pass: two m16 tiles on the same weight fragments
+
+template <typename T>
+__global__ void __launch_bounds__(kListThreads, 4)
+    ListSkinnyKernel(const GroupedGemmParams p, const bool pairs) {
+  WaitForPrerequisites();
+  const int expert = p.active_experts[blockIdx.y];
+  if (expert < 0 || expert >= p.num_experts) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kListN + warp * 8;
+  if (n0 >= p.n) return;  // n is a multiple of 8: a warp's 8 weight rows are all in or all out
+  const int row_begin = p.expert_offsets[expert], row_end = p.expert_offsets[expert + 1];
+  const bf16* w = static_cast<const bf16*>(p.w) + (expert * p.n + n0 + g) * p.k + t * 8;
+  const bf16* xb = static_cast<const bf16*>(p.x);
+  const int chunks = static_cast<int>((p.k + 31) / 32);
+  const int lane_k = t * 8;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  auto load_round = [&](uint4(&wv)[kListUnroll], int c0) {
+#pragma unroll
+    for (int u = 0; u < kListUnroll; ++u) {
+      const int c = c0 + u;
+      wv[u] = c < chunks && c * 32 + lane_k < p.k ? LoadStream(w + c * 32) : zero;
+    }
+  };
+
+  bool allowed = false;
+  for (int r0 = row_begin; r0 < row_end; r0 += kListM) {
+    const int rows = min(kListM, row_end - r0);
+    const bool two = rows > 16;  // the second m16 tile has rows (warp-uniform)
+    bool ok[4];
+    const bf16* xr[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = g + 8 * i;
+      ok[i] = r < rows;
+      const int64_t tok = ok[i] ? (p.row_token ? p.row_token[r0 + r] : r0 + r) : 0;
+      xr[i] = xb + tok * p.ldx + lane_k;
+    }
+    float acc[2][4] = {};
+    uint4 cur[kListUnroll];
+    load_round(cur, 0);
+    for (int c0 = 0; c0 < chunks; c0 += kListUnroll) {
+      uint4 nxt[kListUnroll];
+      load_round(nxt, c0 + kListUnroll);
+#pragma unroll
+      for (int u = 0; u < kListUnroll; ++u) {
+        const int c = c0 + u;
+        if (c >= chunks) break;
+        const bool in = c * 32 + lane_k < p.k;
+        const uint4 xa = ok[0] && in ? *reinterpret_cast<const uint4*>(xr[0] + c * 32) : zero;
+        const uint4 xc = ok[1] && in ? *reinterpret_cast<const uint4*>(xr[1] + c * 32) : zero;
+        const uint32_t a0[4] = {xa.x, xc.x, xa.y, xc.y};
+        const uint32_t a1[4] = {xa.z, xc.z, xa.w, xc.w};
+        Mma(acc[0], a0, cur[u].x, cur[u].y);
+        Mma(acc[0], a1, cur[u].z, cur[u].w);
+        if (two) {
+          const uint4 xe = ok[2] && in ? *reinterpret_cast<const uint4*>(xr[2] + c * 32) : zero;
+          const uint4 xf = ok[3] && in ? *reinterpret_cast<const uint4*>(xr[3] + c * 32) : zero;
+          const uint32_t b0[4] = {xe.x, xf.x, xe.y, xf.y};
+          const uint32_t b1[4] = {xe.z, xf.z, xe.w, xf.w};
+          Mma(acc[1], b0, cur[u].x, cur[u].y);
+          Mma(acc[1], b1, cur[u].z, cur[u].w);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kListUnroll; ++u) cur[u] = nxt[u];
+    }
+    if (!allowed && r0 + kListM >= row_end) {
+      AllowDependents();
+      allowed = true;
+    }
+    const int64_t c = n0 + t * 2;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (ok[i])
+        StoreY<T>(p, r0 + g + 8 * i, c, acc[i >> 1][(i & 1) * 2], acc[i >> 1][(i & 1) * 2 + 1],
+                  pairs);
+    }
+  }
 }
 
 // Tiled: CTA = 128 rows of one expert x 128 weight rows (blockIdx.x = slot * n_tiles + n tile,
@@ -494,6 +601,16 @@ int GroupedGemm(const GroupedGemmParams& p, void* stream) {
   const int64_t elem = p.out_dtype == DType::kF32 ? 4 : 2;
   const bool pairs =
       p.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % static_cast<uintptr_t>(2 * elem) == 0;
+  if (p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts) && p.active_experts != nullptr) {
+    const int64_t slots = std::min(p.num_experts, p.max_rows);
+    if (slots > 65535) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned>((p.n + kListN - 1) / kListN),
+                    static_cast<unsigned>(slots));
+    return DispatchFloat(p.out_dtype, [&](auto tag) {
+      using T = decltype(tag);
+      return LaunchDependent(ListSkinnyKernel<T>, grid, dim3(kListThreads), 0, s, p, pairs);
+    });
+  }
   if (p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts)) {
     const int64_t slots = TileSlots(p.max_rows, p.num_experts, kSkinnyM);
     if (slots > 65535 || p.n / kSkinnyN >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
