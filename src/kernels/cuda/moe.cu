@@ -280,7 +280,6 @@ __global__ void __launch_bounds__(kListThreads, 4)
   const int g = lane >> 2, t = lane & 3;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kListN + warp * 8;
   if (n0 >= p.n) return;  // n is a multiple of 8: a warp's 8 weight rows are all in or all out
-  const int row_begin = p.expert_offsets[expert], row_end = p.expert_offsets[expert + 1];
   const bf16* w = static_cast<const bf16*>(p.w) + (expert * p.n + n0 + g) * p.k + t * 8;
   const bf16* xb = static_cast<const bf16*>(p.x);
   const int chunks = static_cast<int>((p.k + 31) / 32);
@@ -294,7 +293,10 @@ __global__ void __launch_bounds__(kListThreads, 4)
     }
   };
 
-  bool allowed = false;
+  // The first round of weights does not depend on the rows: in flight before their offsets.
+  uint4 cur[kListUnroll];
+  load_round(cur, 0);
+  const int row_begin = p.expert_offsets[expert], row_end = p.expert_offsets[expert + 1];
   for (int r0 = row_begin; r0 < row_end; r0 += kListM) {
     const int rows = min(kListM, row_end - r0);
     const bool two = rows > 16;  // the second m16 tile has rows (warp-uniform)
@@ -308,8 +310,6 @@ __global__ void __launch_bounds__(kListThreads, 4)
       xr[i] = xb + tok * p.ldx + lane_k;
     }
     float acc[2][4] = {};
-    uint4 cur[kListUnroll];
-    load_round(cur, 0);
     for (int c0 = 0; c0 < chunks; c0 += kListUnroll) {
       uint4 nxt[kListUnroll];
       load_round(nxt, c0 + kListUnroll);
@@ -336,9 +336,10 @@ __global__ void __launch_bounds__(kListThreads, 4)
 #pragma unroll
       for (int u = 0; u < kListUnroll; ++u) cur[u] = nxt[u];
     }
-    if (!allowed && r0 + kListM >= row_end) {
+    if (r0 + kListM < row_end) {
+      load_round(cur, 0);  // the next pass starts over k
+    } else {
       AllowDependents();
-      allowed = true;
     }
     const int64_t c = n0 + t * 2;
 #pragma unroll
