@@ -264,11 +264,18 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4)
 // of the weight rows and the whole of k, so no reduction: lane (g, t) streams elements
 // 8 t .. 8 t + 7 of each 32-wide k chunk of weight row g (the permutation of the skinny kernel),
 // 8 chunks a round, the next round's loads issued before this round's products (8 to 16 16-byte
-// loads in flight a lane). x rows come through L1 (the 4 warps read the same ones).
+// loads in flight a lane). x rows come through L1 (the 4 warps read the same ones), 2 chunks of
+// them loaded together; the fragment rows past the expert's rows read its first row (valid
+// memory; their sums are not stored), so x loads need no predicates but the k tail's.
 constexpr int kListN = 32;
 constexpr int kListThreads = 128;
 constexpr int kListUnroll = 8;
-constexpr int kListM = 32;  // rows a pass: two m16 tiles on the same weight fragments
+constexpr int kListXGroup = 2;  // chunks of x loaded together
+constexpr int kListM = 32;      // rows a pass: two m16 tiles on the same weight fragments
+
+__device__ __forceinline__ uint4 LoadX(const bf16* ptr) {
+  return __ldg(reinterpret_cast<const uint4*>(ptr));
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kListThreads, 4)
@@ -285,11 +292,19 @@ __global__ void __launch_bounds__(kListThreads, 4)
   const int chunks = static_cast<int>((p.k + 31) / 32);
   const int lane_k = t * 8;
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  const bool whole_chunks = p.k % 32 == 0;
+  // Chunk c of this lane is in k (the loads past it give zeros, in x and w alike).
+  auto in_k = [&](int c) { return c < chunks && c * 32 + lane_k < p.k; };
   auto load_round = [&](uint4(&wv)[kListUnroll], int c0) {
+    if (whole_chunks && c0 + kListUnroll <= chunks) {  // warp-uniform: no per-load predicates
+#pragma unroll
+      for (int u = 0; u < kListUnroll; ++u) wv[u] = LoadStream(w + (c0 + u) * 32);
+      return;
+    }
 #pragma unroll
     for (int u = 0; u < kListUnroll; ++u) {
       const int c = c0 + u;
-      wv[u] = c < chunks && c * 32 + lane_k < p.k ? LoadStream(w + c * 32) : zero;
+      wv[u] = in_k(c) ? LoadStream(w + c * 32) : zero;
     }
   };
 
@@ -299,38 +314,51 @@ __global__ void __launch_bounds__(kListThreads, 4)
   const int row_begin = p.expert_offsets[expert], row_end = p.expert_offsets[expert + 1];
   for (int r0 = row_begin; r0 < row_end; r0 += kListM) {
     const int rows = min(kListM, row_end - r0);
-    const bool two = rows > 16;  // the second m16 tile has rows (warp-uniform)
-    bool ok[4];
+    // Which fragment rows have rows (warp-uniform): g + 8 i for i = 0 .. 3.
+    const bool has1 = rows > 8, two = rows > 16;
     const bf16* xr[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = g + 8 * i;
-      ok[i] = r < rows;
-      const int64_t tok = ok[i] ? (p.row_token ? p.row_token[r0 + r] : r0 + r) : 0;
-      xr[i] = xb + tok * p.ldx + lane_k;
+      const int rr = r0 + (r < rows ? r : 0);
+      xr[i] = xb + (p.row_token ? static_cast<int64_t>(p.row_token[rr]) : rr) * p.ldx + lane_k;
     }
     float acc[2][4] = {};
     for (int c0 = 0; c0 < chunks; c0 += kListUnroll) {
       uint4 nxt[kListUnroll];
       load_round(nxt, c0 + kListUnroll);
+      const bool guard = !(whole_chunks && c0 + kListUnroll <= chunks);  // warp-uniform
 #pragma unroll
-      for (int u = 0; u < kListUnroll; ++u) {
-        const int c = c0 + u;
-        if (c >= chunks) break;
-        const bool in = c * 32 + lane_k < p.k;
-        const uint4 xa = ok[0] && in ? *reinterpret_cast<const uint4*>(xr[0] + c * 32) : zero;
-        const uint4 xc = ok[1] && in ? *reinterpret_cast<const uint4*>(xr[1] + c * 32) : zero;
-        const uint32_t a0[4] = {xa.x, xc.x, xa.y, xc.y};
-        const uint32_t a1[4] = {xa.z, xc.z, xa.w, xc.w};
-        Mma(acc[0], a0, cur[u].x, cur[u].y);
-        Mma(acc[0], a1, cur[u].z, cur[u].w);
+      for (int h = 0; h < kListUnroll; h += kListXGroup) {
+        uint4 xa[kListXGroup], xc[kListXGroup];
+#pragma unroll
+        for (int j = 0; j < kListXGroup; ++j) {
+          const int c = c0 + h + j;
+          const bool in = !guard || in_k(c);
+          xa[j] = in ? LoadX(xr[0] + c * 32) : zero;
+          xc[j] = in && has1 ? LoadX(xr[1] + c * 32) : zero;
+        }
+#pragma unroll
+        for (int j = 0; j < kListXGroup; ++j) {
+          const uint4 wv = cur[h + j];
+          const uint32_t a0[4] = {xa[j].x, xc[j].x, xa[j].y, xc[j].y};
+          const uint32_t a1[4] = {xa[j].z, xc[j].z, xa[j].w, xc[j].w};
+          Mma(acc[0], a0, wv.x, wv.y);
+          Mma(acc[0], a1, wv.z, wv.w);
+        }
         if (two) {
-          const uint4 xe = ok[2] && in ? *reinterpret_cast<const uint4*>(xr[2] + c * 32) : zero;
-          const uint4 xf = ok[3] && in ? *reinterpret_cast<const uint4*>(xr[3] + c * 32) : zero;
-          const uint32_t b0[4] = {xe.x, xf.x, xe.y, xf.y};
-          const uint32_t b1[4] = {xe.z, xf.z, xe.w, xf.w};
-          Mma(acc[1], b0, cur[u].x, cur[u].y);
-          Mma(acc[1], b1, cur[u].z, cur[u].w);
+#pragma unroll
+          for (int j = 0; j < kListXGroup; ++j) {
+            const int c = c0 + h + j;
+            const bool in = !guard || in_k(c);
+            const uint4 xe = in ? LoadX(xr[2] + c * 32) : zero;
+            const uint4 xf = in ? LoadX(xr[3] + c * 32) : zero;
+            const uint4 wv = cur[h + j];
+            const uint32_t b0[4] = {xe.x, xf.x, xe.y, xf.y};
+            const uint32_t b1[4] = {xe.z, xf.z, xe.w, xf.w};
+            Mma(acc[1], b0, wv.x, wv.y);
+            Mma(acc[1], b1, wv.z, wv.w);
+          }
         }
       }
 #pragma unroll
@@ -344,9 +372,10 @@ __global__ void __launch_bounds__(kListThreads, 4)
     const int64_t c = n0 + t * 2;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      if (ok[i])
+      if (g + 8 * i < rows) {
         StoreY<T>(p, r0 + g + 8 * i, c, acc[i >> 1][(i & 1) * 2], acc[i >> 1][(i & 1) * 2 + 1],
                   pairs);
+      }
     }
   }
 }
