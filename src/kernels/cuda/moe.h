@@ -55,7 +55,10 @@ int MoePlan(const MoePlanParams& p, void* stream);
 //     and all of that expert's rows, 32 at a time (the weights are read once per 32 rows); each
 //     of its 4 warps owns 8 weight rows and the whole of k (no reduction) and keeps 8 to 16
 //     16-byte weight loads in flight a lane. Same results as without the list up to the order
-//     of the f32 sums.
+//     of the f32 sums. Limits: min(num_experts, max_rows) <= 65535. An expert with many rows is
+//     done in passes by one row of n / 32 CTAs, so with skewed routing (one expert holding
+//     hundreds of rows) this path is slower than the one without the list; decode routing
+//     (a few rows an expert) is what it is for.
 //   Tiled (prefill): 128 x 128 tiles of one expert's rows on mma.sync m16n8k16, 8 warps, k blocks
 //     of 64 staged through a 4-deep cp.async ring (128-byte swizzled rows, ldmatrix), the gather
 //     folded into the copies. Tiles are (expert, 128-row block) x 128-column block, derived in
