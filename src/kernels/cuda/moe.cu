@@ -273,6 +273,16 @@ constexpr int kListUnroll = 8;
 constexpr int kListXGroup = 2;  // chunks of x loaded together
 constexpr int kListM = 32;      // rows a pass: two m16 tiles on the same weight fragments
 
+// LoadStream with a 256-byte L2 fetch: a lane's 8 loads of a round cover 512 contiguous bytes of
+// its weight row, so DRAM sees two 256-byte requests a row and round instead of eight of 64.
+__device__ __forceinline__ uint4 LoadStream256(const void* ptr) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+
 __device__ __forceinline__ uint4 LoadX(const bf16* ptr) {
   return __ldg(reinterpret_cast<const uint4*>(ptr));
 }
@@ -298,13 +308,13 @@ __global__ void __launch_bounds__(kListThreads, 4)
   auto load_round = [&](uint4(&wv)[kListUnroll], int c0) {
     if (whole_chunks && c0 + kListUnroll <= chunks) {  // warp-uniform: no per-load predicates
 #pragma unroll
-      for (int u = 0; u < kListUnroll; ++u) wv[u] = LoadStream(w + (c0 + u) * 32);
+      for (int u = 0; u < kListUnroll; ++u) wv[u] = LoadStream256(w + (c0 + u) * 32);
       return;
     }
 #pragma unroll
     for (int u = 0; u < kListUnroll; ++u) {
       const int c = c0 + u;
-      wv[u] = in_k(c) ? LoadStream(w + c * 32) : zero;
+      wv[u] = in_k(c) ? LoadStream256(w + c * 32) : zero;
     }
   };
 
