@@ -263,18 +263,20 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4)
 // [32 x, 32 x + 32) of expert active_experts[y] and all of its rows, 32 at a time. Warp w owns 8
 // of the weight rows and the whole of k, so no reduction: lane (g, t) streams elements
 // 8 t .. 8 t + 7 of each 32-wide k chunk of weight row g (the permutation of the skinny kernel),
-// 8 chunks a round, the next round's loads issued before this round's products (8 to 16 16-byte
-// loads in flight a lane). x rows come through L1 (the 4 warps read the same ones), 2 chunks of
-// them loaded together; the fragment rows past the expert's rows read its first row (valid
-// memory; their sums are not stored), so x loads need no predicates but the k tail's.
+// 4 chunks a round, the next round's loads issued before this round's products (4 to 8 16-byte
+// loads in flight a lane). 80 registers, 6 CTAs an SM: the 768 CTAs of a V4-Flash token
+// (6 experts x 4096 / 32) are all resident at once, one wave with ~6-12 MB of loads in flight.
+// x rows come through L1 (the 4 warps read the same ones), 2 chunks of them loaded together; the
+// fragment rows past the expert's rows read its first row (valid memory; their sums are not
+// stored), so x loads need no predicates but the k tail's.
 constexpr int kListN = 32;
 constexpr int kListThreads = 128;
-constexpr int kListUnroll = 8;
+constexpr int kListUnroll = 4;  // chunks a round
 constexpr int kListXGroup = 2;  // chunks of x loaded together
 constexpr int kListM = 32;      // rows a pass: two m16 tiles on the same weight fragments
 
-// LoadStream with a 256-byte L2 fetch: a lane's 8 loads of a round cover 512 contiguous bytes of
-// its weight row, so DRAM sees two 256-byte requests a row and round instead of eight of 64.
+// LoadStream with a 256-byte L2 fetch: the 4 lanes of a weight row cover 256 contiguous bytes of
+// it in a round (4 loads each), so DRAM sees one 256-byte request a row and round, not four.
 __device__ __forceinline__ uint4 LoadStream256(const void* ptr) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
@@ -288,7 +290,7 @@ __device__ __forceinline__ uint4 LoadX(const bf16* ptr) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kListThreads, 4)
+__global__ void __launch_bounds__(kListThreads, 6)
     ListSkinnyKernel(const GroupedGemmParams p, const bool pairs) {
   WaitForPrerequisites();
   const int expert = p.active_experts[blockIdx.y];
@@ -326,13 +328,18 @@ __global__ void __launch_bounds__(kListThreads, 4)
     const int rows = min(kListM, row_end - r0);
     // Which fragment rows have rows (warp-uniform): g + 8 i for i = 0 .. 3.
     const bool has1 = rows > 8, two = rows > 16;
-    const bf16* xr[4];
+    // The x rows of the 4 fragment rows in 16-byte units (32 bits: x up to 64 GiB).
+    uint32_t xr[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = g + 8 * i;
       const int rr = r0 + (r < rows ? r : 0);
-      xr[i] = xb + (p.row_token ? static_cast<int64_t>(p.row_token[rr]) : rr) * p.ldx + lane_k;
+      xr[i] = static_cast<uint32_t>(
+          ((p.row_token ? static_cast<int64_t>(p.row_token[rr]) : rr) * p.ldx + lane_k) / 8);
     }
+    auto load_x = [&](int i, int c) {
+      return LoadX(xb + static_cast<int64_t>(xr[i]) * 8 + c * 32);
+    };
     float acc[2][4] = {};
     for (int c0 = 0; c0 < chunks; c0 += kListUnroll) {
       uint4 nxt[kListUnroll];
@@ -345,8 +352,8 @@ __global__ void __launch_bounds__(kListThreads, 4)
         for (int j = 0; j < kListXGroup; ++j) {
           const int c = c0 + h + j;
           const bool in = !guard || in_k(c);
-          xa[j] = in ? LoadX(xr[0] + c * 32) : zero;
-          xc[j] = in && has1 ? LoadX(xr[1] + c * 32) : zero;
+          xa[j] = in ? load_x(0, c) : zero;
+          xc[j] = in && has1 ? load_x(1, c) : zero;
         }
 #pragma unroll
         for (int j = 0; j < kListXGroup; ++j) {
@@ -361,8 +368,8 @@ __global__ void __launch_bounds__(kListThreads, 4)
           for (int j = 0; j < kListXGroup; ++j) {
             const int c = c0 + h + j;
             const bool in = !guard || in_k(c);
-            const uint4 xe = in ? LoadX(xr[2] + c * 32) : zero;
-            const uint4 xf = in ? LoadX(xr[3] + c * 32) : zero;
+            const uint4 xe = in ? load_x(2, c) : zero;
+            const uint4 xf = in ? load_x(3, c) : zero;
             const uint4 wv = cur[h + j];
             const uint32_t b0[4] = {xe.x, xf.x, xe.y, xf.y};
             const uint32_t b1[4] = {xe.z, xf.z, xe.w, xf.w};
@@ -641,9 +648,13 @@ int GroupedGemm(const GroupedGemmParams& p, void* stream) {
   const int64_t elem = p.out_dtype == DType::kF32 ? 4 : 2;
   const bool pairs =
       p.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % static_cast<uintptr_t>(2 * elem) == 0;
-  if (p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts) && p.active_experts != nullptr) {
+  // The list path addresses x rows (tokens < max_rows) in 32-bit 16-byte units.
+  if (p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts) && p.active_experts != nullptr &&
+      p.max_rows * p.ldx / 8 < (int64_t{1} << 32)) {
     const int64_t slots = std::min(p.num_experts, p.max_rows);
-    if (slots > 65535) return cudaErrorInvalidValue;
+    if (slots > 65535 || (p.n + kListN - 1) / kListN >= (int64_t{1} << 31)) {
+      return cudaErrorInvalidValue;
+    }
     const dim3 grid(static_cast<unsigned>((p.n + kListN - 1) / kListN),
                     static_cast<unsigned>(slots));
     return DispatchFloat(p.out_dtype, [&](auto tag) {
