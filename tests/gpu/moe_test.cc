@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <numeric>
 #include <set>
+#include <string>
 
 #include "backend/cuda/stream.h"
 #include "gpu_test_util.h"
@@ -68,6 +69,18 @@ HostPlan PlanOnHost(const std::vector<int32_t>& experts, int64_t top_k, int64_t 
   return h;
 }
 
+// MoePlan's list of active experts: the experts with rows in order, -1 up to num_e, the count.
+std::vector<int32_t> ActiveOnHost(const HostPlan& h, int64_t num_e) {
+  std::vector<int32_t> list;
+  for (int32_t e = 0; e < num_e; ++e) {
+    if (h.offsets[e + 1] > h.offsets[e]) list.push_back(e);
+  }
+  const auto count = static_cast<int32_t>(list.size());
+  list.resize(num_e, -1);
+  list.push_back(count);
+  return list;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 struct PlanCase {
@@ -114,6 +127,50 @@ TEST(MoePlanTest, MatchesStableHostSort) {
     if (pairs > 0) {
       EXPECT_EQ(DownloadRaw<int32_t>(d_pair_row, pairs), want.pair_row);
       // Rows past the total are not written.
+      EXPECT_EQ(DownloadRaw<int32_t>(d_row_token, pairs), want.row_token);
+    }
+  }
+}
+
+TEST(MoePlanTest, WritesActiveExpertList) {
+  SKIP_WITHOUT_GPU();
+  const PlanCase cases[] = {
+      {1, 6, 256, Routing::kRandom},     {64, 6, 256, Routing::kRandom},
+      {8192, 6, 256, Routing::kRandom},  {4096, 6, 256, Routing::kOne},
+      {3001, 8, 1024, Routing::kRandom}, {77, 2, 8, Routing::kRandom},
+      {200, 8, 40, Routing::kRandom},    {33, 3, 1, Routing::kOne},
+      {0, 6, 256, Routing::kRandom},     {5, 1, 1000, Routing::kRandom},
+  };
+  for (const PlanCase& c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "tokens " << c.tokens << " top_k " << c.top_k << " experts " << c.num_e);
+    std::mt19937 rng(static_cast<uint32_t>(c.tokens * 17 + c.num_e));
+    const std::set<int32_t> empty = {0, static_cast<int32_t>(c.num_e) - 1};
+    const auto experts =
+        Route(c.tokens, c.top_k, c.num_e, c.mode, rng, c.num_e > 4 ? empty : std::set<int32_t>{},
+              static_cast<int32_t>(c.num_e / 3));
+    const HostPlan want = PlanOnHost(experts, c.top_k, c.num_e);
+    const auto want_list = ActiveOnHost(want, c.num_e);
+    const size_t pairs = experts.size();
+    auto d_experts = UploadRaw(experts);
+    auto d_offsets = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
+    auto d_row_token = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -7));
+    auto d_pair_row = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -9));
+    auto d_active = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
+    kc::MoePlanParams p;
+    p.experts = static_cast<const int32_t*>(d_experts.data());
+    p.num_tokens = c.tokens;
+    p.top_k = c.top_k;
+    p.num_experts = c.num_e;
+    p.expert_offsets = static_cast<int32_t*>(d_offsets.data());
+    p.row_token = static_cast<int32_t*>(d_row_token.data());
+    p.pair_row = static_cast<int32_t*>(d_pair_row.data());
+    p.active_experts = static_cast<int32_t*>(d_active.data());
+    ASSERT_CUDA_OK(kc::MoePlan(p, nullptr));
+    EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, c.num_e + 1), want.offsets);
+    EXPECT_EQ(DownloadRaw<int32_t>(d_active, c.num_e + 1), want_list);
+    if (pairs > 0) {
+      EXPECT_EQ(DownloadRaw<int32_t>(d_pair_row, pairs), want.pair_row);
       EXPECT_EQ(DownloadRaw<int32_t>(d_row_token, pairs), want.row_token);
     }
   }
@@ -239,6 +296,143 @@ TEST(MoeGroupedGemmEdgeTest, NoRowsWritesNothing) {
     p.k = 60;  // not a multiple of 8
     EXPECT_EQ(kc::GroupedGemm(p, nullptr), kInvalidValue);
   }
+}
+
+// The decode path with MoePlan's list of active experts: the plan runs on the device (its
+// offsets checked against the host's), then the product against the host reference; rows past the
+// total and padding columns stay untouched.
+
+struct ListCase {
+  int64_t num_e, n, k, tokens, top_k;
+  Routing mode;
+  std::set<int32_t> empty;  // experts that get no pairs
+  const char* what;
+};
+
+class MoeGroupedGemmListTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(MoeGroupedGemmListTest, MatchesHostReference) {
+  SKIP_WITHOUT_GPU();
+  const auto [out_dtype, gather] = GetParam();
+  std::set<int32_t> all_but_4;
+  for (int32_t e = 4; e < 64; ++e) all_but_4.insert(e);
+  const ListCase cases[] = {
+      {256, 200, 264, 1, 6, Routing::kRandom, {}, "1 token of 6 experts, odd n and k"},
+      {16, 64, 4096, 1, 6, Routing::kRandom, {}, "1 token, V4 k"},
+      {256, 40, 1032, 64, 6, Routing::kRandom, {7, 100}, "64 tokens over 256 experts"},
+      {8, 136, 200, 40, 2, Routing::kRandom, {}, "all experts active"},
+      {8, 64, 264, 60, 1, Routing::kOne, {}, "one expert only, 60 rows (two passes)"},
+      {64, 48, 136, 400, 1, Routing::kOne, {}, "one expert only, 400 rows (13 passes)"},
+      {64, 72, 136, 100, 2, Routing::kRandom, all_but_4, "4 experts of ~45 rows (2 passes)"},
+      {16, 72, 136, 60, 2, Routing::kRandom, {3}, "16 experts, 5-15 rows"},
+      {8, 136, 200, 300, 1, Routing::kRandom, {}, "tiled path (the list is ignored)"},
+  };
+  for (const ListCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::mt19937 rng(static_cast<uint32_t>(c.n * 5 + c.k + c.tokens + c.num_e));
+    const auto experts =
+        Route(c.tokens, c.top_k, c.num_e, c.mode, rng, c.empty, static_cast<int32_t>(c.num_e / 2));
+    const HostPlan plan = PlanOnHost(experts, c.top_k, c.num_e);
+    if (std::string(c.what) == "all experts active") {
+      ASSERT_EQ(ActiveOnHost(plan, c.num_e).back(), c.num_e);
+    }
+    const int64_t max_rows = c.tokens * c.top_k;
+    const int64_t rows = plan.rows();
+    const int64_t ldx = c.k + 8, ldy = c.n + 8;
+    const int64_t x_rows = gather ? c.tokens : max_rows;
+    const auto x = RoundTo(DType::kBF16, Random(x_rows * ldx, rng));
+    const auto w = RoundTo(DType::kBF16, Random(c.num_e * c.n * c.k, rng, 0.1f));
+    auto d_x = Upload(x, DType::kBF16);
+    auto d_w = Upload(w, DType::kBF16);
+    auto d_experts = UploadRaw(experts);
+    auto d_offsets = Poisoned(c.num_e + 1, DType::kF32);
+    auto d_row_token = Poisoned(max_rows, DType::kF32);
+    auto d_pair_row = Poisoned(max_rows, DType::kF32);
+    auto d_active = Poisoned(c.num_e + 1, DType::kF32);
+    auto d_y = Poisoned(max_rows * ldy, out_dtype);
+    kc::MoePlanParams mp;
+    mp.experts = static_cast<const int32_t*>(d_experts.data());
+    mp.num_tokens = c.tokens;
+    mp.top_k = c.top_k;
+    mp.num_experts = c.num_e;
+    mp.expert_offsets = static_cast<int32_t*>(d_offsets.data());
+    mp.row_token = static_cast<int32_t*>(d_row_token.data());
+    mp.pair_row = static_cast<int32_t*>(d_pair_row.data());
+    mp.active_experts = static_cast<int32_t*>(d_active.data());
+    ASSERT_CUDA_OK(kc::MoePlan(mp, nullptr));
+    ASSERT_EQ(DownloadRaw<int32_t>(d_offsets, c.num_e + 1), plan.offsets);
+    kc::GroupedGemmParams p;
+    p.x = d_x.data();
+    p.ldx = ldx;
+    p.row_token = gather ? mp.row_token : nullptr;
+    p.w = d_w.data();
+    p.expert_offsets = mp.expert_offsets;
+    p.active_experts = mp.active_experts;
+    p.num_experts = c.num_e;
+    p.n = c.n;
+    p.k = c.k;
+    p.max_rows = max_rows;
+    p.y = d_y.data();
+    p.ldy = ldy;
+    p.out_dtype = out_dtype;
+    ASSERT_CUDA_OK(kc::GroupedGemm(p, nullptr));
+    const auto y = Download(d_y, max_rows * ldy, out_dtype);
+
+    std::vector<float> got, want;
+    for (int64_t e = 0; e < c.num_e; ++e) {
+      for (int64_t r = plan.offsets[e]; r < plan.offsets[e + 1]; ++r) {
+        const float* xr = x.data() + (gather ? plan.row_token[r] : r) * ldx;
+        for (int64_t col = 0; col < c.n; ++col) {
+          const float* wr = w.data() + (e * c.n + col) * c.k;
+          double s = 0;
+          for (int64_t i = 0; i < c.k; ++i) s += double{xr[i]} * wr[i];
+          want.push_back(static_cast<float>(s));
+          got.push_back(y[r * ldy + col]);
+        }
+      }
+    }
+    ASSERT_FALSE(want.empty());
+    EXPECT_LT(RelError(got, want), Tolerance(out_dtype));
+    int64_t touched = 0;
+    for (int64_t r = 0; r < max_rows; ++r) {
+      for (int64_t col = r < rows ? c.n : 0; col < ldy; ++col)
+        touched += !std::isnan(y[r * ldy + col]);
+    }
+    EXPECT_EQ(touched, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeOutAndGather, MoeGroupedGemmListTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::Bool()));
+
+TEST(MoeGroupedGemmEdgeTest, ListWithNoRowsWritesNothing) {
+  SKIP_WITHOUT_GPU();
+  // Every pair skipped: the list is all -1 (count 0) and every CTA exits.
+  const int64_t num_e = 8, n = 64, k = 64, max_rows = 12;
+  auto d_x = Upload(std::vector<float>(max_rows * k, 1.0f), DType::kBF16);
+  auto d_w = Upload(std::vector<float>(num_e * n * k, 1.0f), DType::kBF16);
+  auto d_offsets = UploadRaw(std::vector<int32_t>(num_e + 1, 0));
+  std::vector<int32_t> list(num_e, -1);
+  list.push_back(0);
+  auto d_active = UploadRaw(list);
+  auto d_y = Poisoned(max_rows * n, DType::kF32);
+  kc::GroupedGemmParams p;
+  p.x = d_x.data();
+  p.ldx = k;
+  p.w = d_w.data();
+  p.expert_offsets = static_cast<const int32_t*>(d_offsets.data());
+  p.active_experts = static_cast<const int32_t*>(d_active.data());
+  p.num_experts = num_e;
+  p.n = n;
+  p.k = k;
+  p.max_rows = max_rows;
+  p.y = d_y.data();
+  p.ldy = n;
+  p.out_dtype = DType::kF32;
+  ASSERT_CUDA_OK(kc::GroupedGemm(p, nullptr));
+  const auto y = Download(d_y, max_rows * n, DType::kF32);
+  EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -527,6 +721,7 @@ TEST(MoeTiming, V4FlashGroupedGemm) {
     auto d_offsets = Poisoned(num_e + 1, DType::kF32);
     auto d_row_token = Poisoned(rows, DType::kF32);
     auto d_pair_row = Poisoned(rows, DType::kF32);
+    auto d_active = Poisoned(num_e + 1, DType::kF32);
     auto d_x = cuda::DeviceBuffer::Allocate(tokens * hidden * 2);
     auto d_act = cuda::DeviceBuffer::Allocate(rows * inter * 2);
     auto d_gate_up = cuda::DeviceBuffer::Allocate(rows * 2 * inter * 2);
@@ -544,6 +739,7 @@ TEST(MoeTiming, V4FlashGroupedGemm) {
     plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
     plan.row_token = static_cast<int32_t*>(d_row_token.data());
     plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
+    plan.active_experts = static_cast<int32_t*>(d_active.data());
     kc::GroupedGemmParams g1;
     g1.x = d_x->data();
     g1.ldx = hidden;
@@ -634,6 +830,28 @@ TEST(MoeTiming, V4FlashGroupedGemm) {
     };
     check(g1, *d_x, *d_w13, *d_gate_up, DType::kBF16);
     check(g2, *d_act, *d_w2, *d_y, DType::kF32);
+    if (rows > kc::GroupedGemmSkinnyMaxRows(num_e)) continue;
+
+    // The decode path with the plan's list of active experts: same results as without it (up to
+    // the order of the f32 sums), timed the same way.
+    EXPECT_EQ(DownloadRaw<int32_t>(d_active, num_e + 1), ActiveOnHost(host, num_e));
+    const auto gate_up_old = Download(*d_gate_up, rows * 2 * inter, DType::kBF16);
+    const auto y_old = Download(*d_y, rows * hidden, DType::kF32);
+    kc::GroupedGemmParams g1l = g1, g2l = g2;
+    g1l.active_experts = plan.active_experts;
+    g2l.active_experts = plan.active_experts;
+    const double g1l_ms = time_ms([&] { return kc::GroupedGemm(g1l, s); });
+    const double g2l_ms = time_ms([&] { return kc::GroupedGemm(g2l, s); });
+    ASSERT_STATUS_OK(stream->Synchronize());
+    report("w13 list (gather, bf16 out)", g1l, g1l_ms, tokens * hidden * 2, rows * 2 * inter * 2);
+    report("w2 list (f32 out)", g2l, g2l_ms, rows * inter * 2, rows * hidden * 4);
+    std::printf("[ MoE V4 ] %5lld tokens: list path w13 %.2fx, w2 %.2fx the speed without it\n",
+                static_cast<long long>(tokens), g1_ms / g1l_ms, g2_ms / g2l_ms);
+    EXPECT_LT(RelError(Download(*d_gate_up, rows * 2 * inter, DType::kBF16), gate_up_old),
+              Tolerance(DType::kBF16));
+    EXPECT_LT(RelError(Download(*d_y, rows * hidden, DType::kF32), y_old), Tolerance(DType::kF32));
+    check(g1l, *d_x, *d_w13, *d_gate_up, DType::kBF16);
+    check(g2l, *d_act, *d_w2, *d_y, DType::kF32);
   }
 }
 

@@ -31,6 +31,7 @@ __device__ __forceinline__ int WarpInclusiveScan(int v, int lane) {
 __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const MoePlanParams p) {
   extern __shared__ int32_t counts[];  // [kPlanWarps][num_experts]
   __shared__ int32_t warp_sums[kPlanWarps];
+  __shared__ int32_t warp_active[kPlanWarps];  // active experts a warp of threads, then scanned
   WaitForPrerequisites();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int num_e = static_cast<int>(p.num_experts);
@@ -58,9 +59,14 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const MoePlanParams p
     }
   }
   const int incl = WarpInclusiveScan(total, lane);
+  const unsigned active = __ballot_sync(0xffffffffu, e < num_e && total > 0);
   if (lane == 31) warp_sums[warp] = incl;
+  if (lane == 0) warp_active[warp] = __popc(active);
   __syncthreads();
-  if (warp == 0) warp_sums[lane] = WarpInclusiveScan(warp_sums[lane], lane);
+  if (warp == 0) {
+    warp_sums[lane] = WarpInclusiveScan(warp_sums[lane], lane);
+    warp_active[lane] = WarpInclusiveScan(warp_active[lane], lane);
+  }
   __syncthreads();
   const int first = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - total;
   if (e < num_e) {
@@ -68,6 +74,16 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const MoePlanParams p
     for (int w = 0; w < kPlanWarps; ++w) counts[w * num_e + e] += first;
   }
   if (tid == 0) p.expert_offsets[num_e] = warp_sums[kPlanWarps - 1];
+  if (p.active_experts != nullptr) {
+    // Active expert e goes to slot (active experts before it); the slots past the count get -1.
+    const int num_active = warp_active[kPlanWarps - 1];
+    if ((active >> lane) & 1u) {
+      p.active_experts[(warp > 0 ? warp_active[warp - 1] : 0) +
+                       __popc(active & ((1u << lane) - 1u))] = e;
+    }
+    if (e < num_e && e >= num_active) p.active_experts[e] = -1;
+    if (tid == 0) p.active_experts[num_e] = num_active;
+  }
   __syncthreads();
   AllowDependents();
 
@@ -241,6 +257,144 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4)
   const int64_t c = n0 + t * 2;
   if (ok0) StoreY<T>(p, tile.row0 + g, c, s.x, s.y, pairs);
   if (ok1) StoreY<T>(p, tile.row0 + g + 8, c, s.z, s.w, pairs);
+}
+
+// Skinny with the list of active experts: CTA (blockIdx.x, blockIdx.y) = weight rows
+// [32 x, 32 x + 32) of expert active_experts[y] and all of its rows, 32 at a time. Warp w owns 8
+// of the weight rows and the whole of k, so no reduction: lane (g, t) streams elements
+// 8 t .. 8 t + 7 of each 32-wide k chunk of weight row g (the permutation of the skinny kernel),
+// 4 chunks a round, the next round's loads issued before this round's products (4 to 8 16-byte
+// loads in flight a lane). 80 registers, 6 CTAs an SM: the 768 CTAs of a V4-Flash token
+// (6 experts x 4096 / 32) are all resident at once, one wave with ~6-12 MB of loads in flight.
+// x rows come through L1 (the 4 warps read the same ones), 2 chunks of them loaded together; the
+// fragment rows past the expert's rows read its first row (valid memory; their sums are not
+// stored), so x loads need no predicates but the k tail's.
+constexpr int kListN = 32;
+constexpr int kListThreads = 128;
+constexpr int kListUnroll = 4;  // chunks a round
+constexpr int kListXGroup = 2;  // chunks of x loaded together
+constexpr int kListM = 32;      // rows a pass: two m16 tiles on the same weight fragments
+
+// LoadStream with a 256-byte L2 fetch: the 4 lanes of a weight row cover 256 contiguous bytes of
+// it in a round (4 loads each), so DRAM sees one 256-byte request a row and round, not four.
+__device__ __forceinline__ uint4 LoadStream256(const void* ptr) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+
+__device__ __forceinline__ uint4 LoadX(const bf16* ptr) {
+  return __ldg(reinterpret_cast<const uint4*>(ptr));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kListThreads, 6)
+    ListSkinnyKernel(const GroupedGemmParams p, const bool pairs) {
+  WaitForPrerequisites();
+  const int expert = p.active_experts[blockIdx.y];
+  if (expert < 0 || expert >= p.num_experts) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kListN + warp * 8;
+  if (n0 >= p.n) return;  // n is a multiple of 8: a warp's 8 weight rows are all in or all out
+  const bf16* w = static_cast<const bf16*>(p.w) + (expert * p.n + n0 + g) * p.k + t * 8;
+  const bf16* xb = static_cast<const bf16*>(p.x);
+  const int chunks = static_cast<int>((p.k + 31) / 32);
+  const int lane_k = t * 8;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const bool whole_chunks = p.k % 32 == 0;
+  // Chunk c of this lane is in k (the loads past it give zeros, in x and w alike).
+  auto in_k = [&](int c) { return c < chunks && c * 32 + lane_k < p.k; };
+  auto load_round = [&](uint4(&wv)[kListUnroll], int c0) {
+    if (whole_chunks && c0 + kListUnroll <= chunks) {  // warp-uniform: no per-load predicates
+#pragma unroll
+      for (int u = 0; u < kListUnroll; ++u) wv[u] = LoadStream256(w + (c0 + u) * 32);
+      return;
+    }
+#pragma unroll
+    for (int u = 0; u < kListUnroll; ++u) {
+      const int c = c0 + u;
+      wv[u] = in_k(c) ? LoadStream256(w + c * 32) : zero;
+    }
+  };
+
+  // The first round of weights does not depend on the rows: in flight before their offsets.
+  uint4 cur[kListUnroll];
+  load_round(cur, 0);
+  const int row_begin = p.expert_offsets[expert], row_end = p.expert_offsets[expert + 1];
+  for (int r0 = row_begin; r0 < row_end; r0 += kListM) {
+    const int rows = min(kListM, row_end - r0);
+    // Which fragment rows have rows (warp-uniform): g + 8 i for i = 0 .. 3.
+    const bool has1 = rows > 8, two = rows > 16;
+    // The x rows of the 4 fragment rows in 16-byte units (32 bits: x up to 64 GiB).
+    uint32_t xr[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = g + 8 * i;
+      const int rr = r0 + (r < rows ? r : 0);
+      xr[i] = static_cast<uint32_t>(
+          ((p.row_token ? static_cast<int64_t>(p.row_token[rr]) : rr) * p.ldx + lane_k) / 8);
+    }
+    auto load_x = [&](int i, int c) {
+      return LoadX(xb + static_cast<int64_t>(xr[i]) * 8 + c * 32);
+    };
+    float acc[2][4] = {};
+    for (int c0 = 0; c0 < chunks; c0 += kListUnroll) {
+      uint4 nxt[kListUnroll];
+      load_round(nxt, c0 + kListUnroll);
+      const bool guard = !(whole_chunks && c0 + kListUnroll <= chunks);  // warp-uniform
+#pragma unroll
+      for (int h = 0; h < kListUnroll; h += kListXGroup) {
+        uint4 xa[kListXGroup], xc[kListXGroup];
+#pragma unroll
+        for (int j = 0; j < kListXGroup; ++j) {
+          const int c = c0 + h + j;
+          const bool in = !guard || in_k(c);
+          xa[j] = in ? load_x(0, c) : zero;
+          xc[j] = in && has1 ? load_x(1, c) : zero;
+        }
+#pragma unroll
+        for (int j = 0; j < kListXGroup; ++j) {
+          const uint4 wv = cur[h + j];
+          const uint32_t a0[4] = {xa[j].x, xc[j].x, xa[j].y, xc[j].y};
+          const uint32_t a1[4] = {xa[j].z, xc[j].z, xa[j].w, xc[j].w};
+          Mma(acc[0], a0, wv.x, wv.y);
+          Mma(acc[0], a1, wv.z, wv.w);
+        }
+        if (two) {
+#pragma unroll
+          for (int j = 0; j < kListXGroup; ++j) {
+            const int c = c0 + h + j;
+            const bool in = !guard || in_k(c);
+            const uint4 xe = in ? load_x(2, c) : zero;
+            const uint4 xf = in ? load_x(3, c) : zero;
+            const uint4 wv = cur[h + j];
+            const uint32_t b0[4] = {xe.x, xf.x, xe.y, xf.y};
+            const uint32_t b1[4] = {xe.z, xf.z, xe.w, xf.w};
+            Mma(acc[1], b0, wv.x, wv.y);
+            Mma(acc[1], b1, wv.z, wv.w);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kListUnroll; ++u) cur[u] = nxt[u];
+    }
+    if (r0 + kListM < row_end) {
+      load_round(cur, 0);  // the next pass starts over k
+    } else {
+      AllowDependents();
+    }
+    const int64_t c = n0 + t * 2;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (g + 8 * i < rows) {
+        StoreY<T>(p, r0 + g + 8 * i, c, acc[i >> 1][(i & 1) * 2], acc[i >> 1][(i & 1) * 2 + 1],
+                  pairs);
+      }
+    }
+  }
 }
 
 // Tiled: CTA = 128 rows of one expert x 128 weight rows (blockIdx.x = slot * n_tiles + n tile,
@@ -494,6 +648,20 @@ int GroupedGemm(const GroupedGemmParams& p, void* stream) {
   const int64_t elem = p.out_dtype == DType::kF32 ? 4 : 2;
   const bool pairs =
       p.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % static_cast<uintptr_t>(2 * elem) == 0;
+  // The list path addresses x rows (tokens < max_rows) in 32-bit 16-byte units.
+  if (p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts) && p.active_experts != nullptr &&
+      p.max_rows * p.ldx / 8 < (int64_t{1} << 32)) {
+    const int64_t slots = std::min(p.num_experts, p.max_rows);
+    if (slots > 65535 || (p.n + kListN - 1) / kListN >= (int64_t{1} << 31)) {
+      return cudaErrorInvalidValue;
+    }
+    const dim3 grid(static_cast<unsigned>((p.n + kListN - 1) / kListN),
+                    static_cast<unsigned>(slots));
+    return DispatchFloat(p.out_dtype, [&](auto tag) {
+      using T = decltype(tag);
+      return LaunchDependent(ListSkinnyKernel<T>, grid, dim3(kListThreads), 0, s, p, pairs);
+    });
+  }
   if (p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts)) {
     const int64_t slots = TileSlots(p.max_rows, p.num_experts, kSkinnyM);
     if (slots > 65535 || p.n / kSkinnyN >= (int64_t{1} << 31)) return cudaErrorInvalidValue;

@@ -20,6 +20,9 @@ namespace dinfer::kernels::cuda {
 // Permutation on the device: pairs sorted by expert, stable in (token, j) order. One CTA of 1,024
 // threads (a few microseconds at 8,192 x 6 pairs). Limits: num_experts <= kMoeMaxExperts,
 // tokens * top_k < 2^31. Rows past expert_offsets[num_experts] of row_token are not written.
+// active_experts (optional, for GroupedGemm's decode path): [num_experts + 1]; entries
+// [0, count) are the experts with rows in increasing order, entries [count, num_experts) are -1,
+// entry num_experts is count.
 inline constexpr int64_t kMoeMaxExperts = 1024;
 struct MoePlanParams {
   const int32_t* experts = nullptr;  // [tokens, top_k]
@@ -28,7 +31,8 @@ struct MoePlanParams {
   int32_t* row_token = nullptr;       // [tokens * top_k]: the token of each permuted row
   int32_t* pair_row =
       nullptr;  // [tokens * top_k]: the permuted row of pair (t, j), -1 when skipped
-  int32_t* workspace = nullptr;  // MoePlanWorkspaceInts(num_tokens, top_k, num_experts) ints
+  int32_t* active_experts = nullptr;  // [num_experts + 1], optional (see above)
+  int32_t* workspace = nullptr;       // MoePlanWorkspaceInts(num_tokens, top_k, num_experts) ints
 };
 // The plan keeps its counters in shared memory: this is 0 (workspace may be null).
 int64_t MoePlanWorkspaceInts(int64_t num_tokens, int64_t top_k, int64_t num_experts);
@@ -46,6 +50,15 @@ int MoePlan(const MoePlanParams& p, void* stream);
 //     straight into mma.sync m16n8k16 fragments with 16-byte streaming loads (4 in flight a
 //     lane), so each active expert's weights are read once per 16 rows at close to memory
 //     bandwidth; experts without rows launch nothing but an exiting CTA.
+//     With active_experts (MoePlan's list) instead: CTA (x, y) = 32 weight rows of expert
+//     active_experts[y] (grid min(num_experts, max_rows) x n / 32; y past the count exits at once)
+//     and all of that expert's rows, 32 at a time (the weights are read once per 32 rows); each
+//     of its 4 warps owns 8 weight rows and the whole of k (no reduction) and keeps 4 to 8
+//     16-byte weight loads in flight a lane, 6 CTAs an SM. Same results as without the list up to
+//     the order of the f32 sums. Limits: min(num_experts, max_rows) <= 65535. An expert with many
+//     rows is done in passes by one row of n / 32 CTAs, so with skewed routing (one expert holding
+//     hundreds of rows) this path is slower than the one without the list; decode routing
+//     (a few rows an expert) is what it is for.
 //   Tiled (prefill): 128 x 128 tiles of one expert's rows on mma.sync m16n8k16, 8 warps, k blocks
 //     of 64 staged through a 4-deep cp.async ring (128-byte swizzled rows, ldmatrix), the gather
 //     folded into the copies. Tiles are (expert, 128-row block) x 128-column block, derived in
@@ -59,6 +72,9 @@ struct GroupedGemmParams {
   const int32_t* row_token = nullptr;  // optional gather
   const void* w = nullptr;
   const int32_t* expert_offsets = nullptr;
+  // Optional (skinny path only; the tiled path ignores it): MoePlan's active_experts for the same
+  // expert_offsets. Null: the tile of each CTA is found from expert_offsets.
+  const int32_t* active_experts = nullptr;
   int64_t num_experts = 0, n = 0, k = 0, max_rows = 0;
   void* y = nullptr;
   int64_t ldy = 0;
