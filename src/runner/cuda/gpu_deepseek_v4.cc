@@ -346,6 +346,7 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
       n * k * 4,                                          // experts
       n * k * 4,                                          // weights
       (v.num_experts + 1) * 4,                            // offsets
+      (v.num_experts + 1) * 4,                            // active experts
       n * k * 4,                                          // row_token
       n * k * 4,                                          // pair_row
       kc::MoePlanWorkspaceInts(n, k, v.num_experts) * 4,  // plan workspace
@@ -385,6 +386,7 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
   experts_ = static_cast<int32_t*>(p[i++]);
   expert_weights_ = static_cast<float*>(p[i++]);
   offsets_ = static_cast<int32_t*>(p[i++]);
+  active_ = static_cast<int32_t*>(p[i++]);
   row_token_ = static_cast<int32_t*>(p[i++]);
   pair_row_ = static_cast<int32_t*>(p[i++]);
   plan_ws_ = static_cast<int32_t*>(p[i++]);
@@ -802,6 +804,7 @@ Status GpuDeepseekV4::RunMoe(const Layer& l, const GpuStep& step, void* stream) 
   plan.row_token = row_token_;
   plan.pair_row = pair_row_;
   plan.workspace = plan_ws_;
+  plan.active_experts = active_;
   DINFER_RETURN_IF_ERROR(Check(kc::MoePlan(plan, stream), "MoE plan"));
   kc::GroupedGemmParams up;
   up.x = normed_;
@@ -809,6 +812,7 @@ Status GpuDeepseekV4::RunMoe(const Layer& l, const GpuStep& step, void* stream) 
   up.row_token = row_token_;
   up.w = l.w13.data();
   up.expert_offsets = offsets_;
+  up.active_experts = active_;
   up.num_experts = ne;
   up.n = 2 * inter;
   up.k = h;

@@ -126,6 +126,7 @@ class GpuDeepseekV4 final : public GpuModel {
   int32_t* experts_ = nullptr;
   float* expert_weights_ = nullptr;
   int32_t *offsets_ = nullptr, *row_token_ = nullptr, *pair_row_ = nullptr, *plan_ws_ = nullptr;
+  int32_t* active_ = nullptr;    // the experts with rows, then their count (MoePlan)
   float* gate_up_ = nullptr;     // [tokens * top_k, 2 * inter]
   void* act_ = nullptr;          // bf16 [tokens * top_k, inter]
   float* expert_out_ = nullptr;  // [tokens * top_k, hidden]
