@@ -206,7 +206,9 @@ TEST_P(V4MixHcPreTest, MatchesCpu) {
   ASSERT_CUDA_OK(kc::HcPre(p, nullptr));
   EXPECT_TRUE(SameBits(Download(d_post, n * kHc, DType::kF32), post1)) << c;
   EXPECT_TRUE(SameBits(Download(d_comb, n * kHc * kHc, DType::kF32), comb1)) << c;
-  if (c.normed) EXPECT_TRUE(SameBits(Download(d_normed, n * dim, c.dtype), normed1)) << c;
+  if (c.normed) {
+    EXPECT_TRUE(SameBits(Download(d_normed, n * dim, c.dtype), normed1)) << c;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -222,7 +224,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The decode path: 1-64 tokens at V4-Flash's dim and small or odd dims (hc * dim not a multiple
 // of the 128-value slices: 100, 4), and 65 / 600 tokens where the workspace is ignored.
-INSTANTIATE_TEST_SUITE_P(Workspace, V4MixHcPreTest,
+INSTANTIATE_TEST_SUITE_P(V4MixWorkspace, V4MixHcPreTest,
                          ::testing::Values(PreCase{1, 4096, DType::kBF16, true, true, true},
                                            PreCase{1, 4096, DType::kF32, false, true, true},
                                            PreCase{3, 4096, DType::kBF16, true, true, true},
@@ -376,7 +378,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, V4MixHcHeadTest,
                                            HeadCase{1100, 96, DType::kBF16, true}));
 
 // The decode path (rows: every other stream row when gathered), and 65 rows (workspace ignored).
-INSTANTIATE_TEST_SUITE_P(Workspace, V4MixHcHeadTest,
+INSTANTIATE_TEST_SUITE_P(V4MixWorkspace, V4MixHcHeadTest,
                          ::testing::Values(HeadCase{1, 4096, DType::kF32, false, true},
                                            HeadCase{1, 4096, DType::kBF16, false, true},
                                            HeadCase{16, 4096, DType::kBF16, false, true},
@@ -384,6 +386,92 @@ INSTANTIATE_TEST_SUITE_P(Workspace, V4MixHcHeadTest,
                                            HeadCase{80, 4096, DType::kF32, true, true},
                                            HeadCase{64, 100, DType::kF32, false, true},
                                            HeadCase{130, 64, DType::kF32, true, true}));
+
+// The decode path captured in a CUDA graph (HcPre then HcHead sharing one workspace) replays
+// to the bits of the eager launches, twice.
+TEST(V4MixHcGraphTest, WorkspacePathReplaysEagerBits) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 3, dim = 4096, mix = (2 + kHc) * kHc;
+  std::mt19937 rng(99);
+  auto d_streams = Upload(RandomStreams(n, dim, rng), DType::kF32);
+  const auto w = RandomHcWeights(mix, dim, rng);
+  auto d_fn = Upload(w.fn, DType::kF32);
+  auto d_base = Upload(w.base, DType::kF32);
+  auto d_scale = Upload(w.scale, DType::kF32);
+  auto d_weight = Upload(w.weight, DType::kF32);
+  auto d_post = Poisoned(n * kHc, DType::kF32), d_comb = Poisoned(n * kHc * kHc, DType::kF32);
+  auto d_normed = Poisoned(n * dim, DType::kBF16), d_head = Poisoned(n * dim, DType::kF32);
+  auto d_ws = PoisonedWorkspace(n, dim);
+  kc::HcPreParams p;
+  p.streams = Ptr<float>(d_streams);
+  p.fn = Ptr<float>(d_fn);
+  p.base = Ptr<float>(d_base);
+  p.scale = Ptr<float>(d_scale);
+  p.num_tokens = n;
+  p.hc = kHc;
+  p.dim = dim;
+  p.iters = 20;
+  p.hc_eps = kHcEps;
+  p.norm_eps = kNormEps;
+  p.post = Ptr<float>(d_post);
+  p.comb = Ptr<float>(d_comb);
+  p.norm_weight = Ptr<float>(d_weight);
+  p.normed = d_normed.data();
+  p.normed_dtype = DType::kBF16;
+  p.workspace = Ptr<float>(d_ws);
+  kc::HcHeadParams h;
+  h.streams = Ptr<float>(d_streams);
+  h.fn = Ptr<float>(d_fn);  // its first hc rows
+  h.base = Ptr<float>(d_base);
+  h.scale = Ptr<float>(d_scale);
+  h.rows = n;
+  h.hc = kHc;
+  h.dim = dim;
+  h.hc_eps = kHcEps;
+  h.norm_eps = kNormEps;
+  h.norm_weight = Ptr<float>(d_weight);
+  h.normed = d_head.data();
+  h.normed_dtype = DType::kF32;
+  h.workspace = Ptr<float>(d_ws);
+
+  cudaStream_t stream;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ASSERT_CUDA_OK(kc::HcPre(p, stream));
+  ASSERT_CUDA_OK(kc::HcHead(h, stream));
+  ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+  auto outputs = [&] {
+    std::vector<std::vector<float>> o;
+    o.push_back(Download(d_post, n * kHc, DType::kF32));
+    o.push_back(Download(d_comb, n * kHc * kHc, DType::kF32));
+    o.push_back(Download(d_normed, n * dim, DType::kBF16));
+    o.push_back(Download(d_head, n * dim, DType::kF32));
+    return o;
+  };
+  const auto eager = outputs();
+  for (const auto& v : eager) {
+    for (float x : v) ASSERT_TRUE(std::isfinite(x));
+  }
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  ASSERT_CUDA_OK(kc::HcPre(p, stream));
+  ASSERT_CUDA_OK(kc::HcHead(h, stream));
+  ASSERT_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    for (auto* b : {&d_post, &d_comb, &d_normed, &d_head, &d_ws}) {
+      ASSERT_CUDA_OK(cudaMemsetAsync(b->data(), 0xff, b->bytes(), stream));
+    }
+    ASSERT_CUDA_OK(cudaGraphLaunch(exec, stream));
+    ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+    const auto got = outputs();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(SameBits(got[i], eager[i])) << i;
+  }
+  ASSERT_CUDA_OK(cudaGraphExecDestroy(exec));
+  ASSERT_CUDA_OK(cudaGraphDestroy(graph));
+  ASSERT_CUDA_OK(cudaStreamDestroy(stream));
+}
 
 // ------------------------------------------------------------------------------------------
 struct RouteCase {

@@ -372,16 +372,28 @@ __global__ void __launch_bounds__(kPartThreads) HcPartialKernel(PartArgs a) {
     }
   }
   __syncthreads();
-  for (int j = threadIdx.x; j < kTok * kP; j += kPartThreads) {
-    const int g = j / kP, q = j % kP;
+  // kSplit adjacent lanes share a (token, partial) pair: lane `part` takes columns part,
+  // part + kSplit, ..., then the kSplit sums meet in a fixed butterfly.
+  constexpr int kPairs = kTok * kP;
+  constexpr int kSplit = kPartThreads / kPairs >= 8   ? 8
+                         : kPartThreads / kPairs >= 4 ? 4
+                         : kPartThreads / kPairs >= 2 ? 2
+                                                      : 1;
+  const int part = threadIdx.x % kSplit;
+  for (int first = 0; first < kPairs * kSplit; first += kPartThreads) {  // uniform bounds
+    const int j = (first + threadIdx.x) / kSplit, g = j / kP, q = j % kP;
     const int64_t t = t0 + g;
-    if (t >= a.tokens) continue;
-    const float4* w = q < kM ? fsl[q] : xsl[g];
-    const float4* x = xsl[g];
+    const bool active = j < kPairs && t < a.tokens;
     float acc = 0.0f;
-#pragma unroll 8
-    for (int c = 0; c < nc; ++c) acc = Dot4(w[c], x[c], acc);
-    a.ws[(t * kP + q) * a.slices + s] = acc;
+    if (active) {
+      const float4* w = q < kM ? fsl[q] : xsl[g];
+      const float4* x = xsl[g];
+#pragma unroll 4
+      for (int c = part; c < nc; c += kSplit) acc = Dot4(w[c], x[c], acc);
+    }
+#pragma unroll
+    for (int o = 1; o < kSplit; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (active && part == 0) a.ws[(t * kP + q) * a.slices + s] = acc;
   }
 }
 
