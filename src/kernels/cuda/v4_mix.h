@@ -19,13 +19,15 @@
 // Route: num_experts <= 1024, top_k <= 16 (and <= num_experts), one warp per token. NormRope:
 // head_dim even, rotary_dim even and <= head_dim, strides even, x and out 8-byte aligned.
 //
-// Decode path (HcPre / HcHead with a workspace, at most kHcWorkspaceMaxTokens tokens/rows and
-// dim <= 32768):
-// two kernels. The first spreads the hc * dim dot products over ceil(hc * dim / 128) CTAs per
-// group of up to 16 tokens (each CTA a 128-value slice of fn for every mix row) and writes each
-// slice's partial mixes and sum of squares to the workspace; the second (a cluster of 8 CTAs per
-// token) sums the partials in a fixed order, then does Sinkhorn, the collapse and the RMSNorm as
-// above. The same inputs give the same bits on every run; both launches are graph-capturable.
+// Decode path (HcPre / HcHead given a workspace, at most kHcWorkspaceMaxTokens tokens or rows,
+// dim <= 32768): two kernels. The first spreads the hc * dim dot products over
+// ceil(hc * dim / 128) CTAs per group of up to 16 tokens (each CTA a 128-value slice of fn for
+// every mix row) and writes each slice's partial mixes and sum of squares to the workspace; the
+// second (a cluster of 8 CTAs per token) sums the partials in a fixed order, then does Sinkhorn,
+// the collapse and the RMSNorm as above. The same inputs give the same bits on every run; both
+// launches are graph-capturable. The first kernel reads fn before waiting for the kernel before it
+// in the stream (programmatic dependent launch): fn must not be written by the kernels just before
+// (weights never are).
 #pragma once
 
 #include <cstdint>
