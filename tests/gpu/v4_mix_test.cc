@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
 #include "gpu_test_util.h"
@@ -92,16 +94,35 @@ HcHeadless RandomHcWeights(int64_t num_mix, int64_t dim, std::mt19937& rng) {
   return w;
 }
 
+// A NaN-filled workspace (it needs no initialisation) of HcWorkspaceFloats floats.
+cuda::DeviceBuffer PoisonedWorkspace(int64_t tokens, int64_t dim) {
+  const int64_t floats = kc::HcWorkspaceFloats(tokens, kHc, dim);
+  EXPECT_GT(floats, 0);
+  return Poisoned(static_cast<size_t>(floats), DType::kF32);
+}
+
+// The decode path wrote the workspace (token 0's first partial is finite) exactly when it should.
+void ExpectWorkspaceUsed(const cuda::DeviceBuffer& ws, int64_t tokens) {
+  const float first = Download(ws, 1, DType::kF32)[0];
+  EXPECT_EQ(std::isfinite(first), tokens <= kc::kHcWorkspaceMaxTokens) << tokens << " tokens";
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 // ------------------------------------------------------------------------------------------
 struct PreCase {
   int64_t tokens, dim;
   DType dtype;
   bool collapsed, normed;
+  bool workspace = false;  // the decode path (two kernels) up to kHcWorkspaceMaxTokens tokens
 };
 
 std::ostream& operator<<(std::ostream& os, const PreCase& c) {
   return os << c.tokens << " tokens, dim " << c.dim << " " << DTypeName(c.dtype)
-            << (c.collapsed ? " collapsed" : "") << (c.normed ? " normed" : "");
+            << (c.collapsed ? " collapsed" : "") << (c.normed ? " normed" : "")
+            << (c.workspace ? " workspace" : "");
 }
 
 class V4MixHcPreTest : public ::testing::TestWithParam<PreCase> {};
@@ -158,8 +179,11 @@ TEST_P(V4MixHcPreTest, MatchesCpu) {
   p.norm_weight = Ptr<float>(d_weight);
   p.normed = c.normed ? d_normed.data() : nullptr;
   p.normed_dtype = c.dtype;
+  auto d_ws = PoisonedWorkspace(c.workspace ? n : 1, dim);
+  p.workspace = c.workspace ? Ptr<float>(d_ws) : nullptr;
   ASSERT_CUDA_OK(kc::HcPre(p, nullptr));
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  if (c.workspace) ExpectWorkspaceUsed(d_ws, n);
 
   // f32 against the CPU's f32: the mixes differ only in summation order (~1e-6 relative over
   // 16384 terms), which the sigmoid/softmax/Sinkhorn do not amplify.
@@ -175,6 +199,16 @@ TEST_P(V4MixHcPreTest, MatchesCpu) {
     const double err = RelError(Download(d_normed, n * dim, c.dtype), want_normed);
     EXPECT_LT(err, Tolerance(c.dtype)) << c;
   }
+  // A second run gives the same bits (fixed reduction orders).
+  const auto post1 = Download(d_post, n * kHc, DType::kF32);
+  const auto comb1 = Download(d_comb, n * kHc * kHc, DType::kF32);
+  const auto normed1 = Download(d_normed, n * dim, c.dtype);
+  ASSERT_CUDA_OK(kc::HcPre(p, nullptr));
+  EXPECT_TRUE(SameBits(Download(d_post, n * kHc, DType::kF32), post1)) << c;
+  EXPECT_TRUE(SameBits(Download(d_comb, n * kHc * kHc, DType::kF32), comb1)) << c;
+  if (c.normed) {
+    EXPECT_TRUE(SameBits(Download(d_normed, n * dim, c.dtype), normed1)) << c;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -187,6 +221,24 @@ INSTANTIATE_TEST_SUITE_P(
                       PreCase{3, 4096, DType::kBF16, true, true},
                       PreCase{64, 4096, DType::kF32, true, false},
                       PreCase{530, 4096, DType::kBF16, false, true}));
+
+// The decode path: 1-64 tokens at V4-Flash's dim and small or odd dims (hc * dim not a multiple
+// of the 128-value slices: 100, 4), and 65 / 600 tokens where the workspace is ignored.
+INSTANTIATE_TEST_SUITE_P(V4MixWorkspace, V4MixHcPreTest,
+                         ::testing::Values(PreCase{1, 4096, DType::kBF16, true, true, true},
+                                           PreCase{1, 4096, DType::kF32, false, true, true},
+                                           PreCase{3, 4096, DType::kBF16, true, true, true},
+                                           PreCase{16, 4096, DType::kF32, true, true, true},
+                                           PreCase{64, 4096, DType::kBF16, true, true, true},
+                                           PreCase{64, 4096, DType::kF32, true, false, true},
+                                           PreCase{1, 64, DType::kF32, true, true, true},
+                                           PreCase{3, 96, DType::kBF16, true, true, true},
+                                           PreCase{5, 100, DType::kF32, true, true, true},
+                                           PreCase{16, 4, DType::kF32, true, true, true},
+                                           PreCase{17, 64, DType::kF32, true, true, true},
+                                           PreCase{37, 1000, DType::kF32, true, true, true},
+                                           PreCase{65, 96, DType::kF32, true, true, true},
+                                           PreCase{600, 64, DType::kBF16, true, true, true}));
 
 // ------------------------------------------------------------------------------------------
 class V4MixHcPostTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
@@ -241,11 +293,12 @@ struct HeadCase {
   int64_t stream_rows, dim;
   DType dtype;
   bool gather;
+  bool workspace = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const HeadCase& c) {
   return os << c.stream_rows << " rows, dim " << c.dim << " " << DTypeName(c.dtype)
-            << (c.gather ? " gathered" : "");
+            << (c.gather ? " gathered" : "") << (c.workspace ? " workspace" : "");
 }
 
 class V4MixHcHeadTest : public ::testing::TestWithParam<HeadCase> {};
@@ -307,8 +360,14 @@ TEST_P(V4MixHcHeadTest, MatchesCpu) {
   p.norm_weight = Ptr<float>(d_weight);
   p.normed = d_out.data();
   p.normed_dtype = c.dtype;
+  auto d_ws = PoisonedWorkspace(c.workspace ? rows : 1, dim);
+  p.workspace = c.workspace ? Ptr<float>(d_ws) : nullptr;
   ASSERT_CUDA_OK(kc::HcHead(p, nullptr));
-  EXPECT_LT(RelError(Download(d_out, rows * dim, c.dtype), want), Tolerance(c.dtype)) << c;
+  const auto got = Download(d_out, rows * dim, c.dtype);
+  EXPECT_LT(RelError(got, want), Tolerance(c.dtype)) << c;
+  if (c.workspace) ExpectWorkspaceUsed(d_ws, rows);
+  ASSERT_CUDA_OK(kc::HcHead(p, nullptr));
+  EXPECT_TRUE(SameBits(Download(d_out, rows * dim, c.dtype), got)) << c;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, V4MixHcHeadTest,
@@ -317,6 +376,102 @@ INSTANTIATE_TEST_SUITE_P(Shapes, V4MixHcHeadTest,
                                            HeadCase{80, 4096, DType::kF32, true},
                                            HeadCase{600, 64, DType::kF32, false},
                                            HeadCase{1100, 96, DType::kBF16, true}));
+
+// The decode path (rows: every other stream row when gathered), and 65 rows (workspace ignored).
+INSTANTIATE_TEST_SUITE_P(V4MixWorkspace, V4MixHcHeadTest,
+                         ::testing::Values(HeadCase{1, 4096, DType::kF32, false, true},
+                                           HeadCase{1, 4096, DType::kBF16, false, true},
+                                           HeadCase{16, 4096, DType::kBF16, false, true},
+                                           HeadCase{17, 96, DType::kBF16, true, true},
+                                           HeadCase{80, 4096, DType::kF32, true, true},
+                                           HeadCase{64, 100, DType::kF32, false, true},
+                                           HeadCase{130, 64, DType::kF32, true, true}));
+
+// The decode path captured in a CUDA graph (HcPre then HcHead sharing one workspace) replays
+// to the bits of the eager launches, twice.
+TEST(V4MixHcGraphTest, WorkspacePathReplaysEagerBits) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 3, dim = 4096, mix = (2 + kHc) * kHc;
+  std::mt19937 rng(99);
+  auto d_streams = Upload(RandomStreams(n, dim, rng), DType::kF32);
+  const auto w = RandomHcWeights(mix, dim, rng);
+  auto d_fn = Upload(w.fn, DType::kF32);
+  auto d_base = Upload(w.base, DType::kF32);
+  auto d_scale = Upload(w.scale, DType::kF32);
+  auto d_weight = Upload(w.weight, DType::kF32);
+  auto d_post = Poisoned(n * kHc, DType::kF32), d_comb = Poisoned(n * kHc * kHc, DType::kF32);
+  auto d_normed = Poisoned(n * dim, DType::kBF16), d_head = Poisoned(n * dim, DType::kF32);
+  auto d_ws = PoisonedWorkspace(n, dim);
+  kc::HcPreParams p;
+  p.streams = Ptr<float>(d_streams);
+  p.fn = Ptr<float>(d_fn);
+  p.base = Ptr<float>(d_base);
+  p.scale = Ptr<float>(d_scale);
+  p.num_tokens = n;
+  p.hc = kHc;
+  p.dim = dim;
+  p.iters = 20;
+  p.hc_eps = kHcEps;
+  p.norm_eps = kNormEps;
+  p.post = Ptr<float>(d_post);
+  p.comb = Ptr<float>(d_comb);
+  p.norm_weight = Ptr<float>(d_weight);
+  p.normed = d_normed.data();
+  p.normed_dtype = DType::kBF16;
+  p.workspace = Ptr<float>(d_ws);
+  kc::HcHeadParams h;
+  h.streams = Ptr<float>(d_streams);
+  h.fn = Ptr<float>(d_fn);  // its first hc rows
+  h.base = Ptr<float>(d_base);
+  h.scale = Ptr<float>(d_scale);
+  h.rows = n;
+  h.hc = kHc;
+  h.dim = dim;
+  h.hc_eps = kHcEps;
+  h.norm_eps = kNormEps;
+  h.norm_weight = Ptr<float>(d_weight);
+  h.normed = d_head.data();
+  h.normed_dtype = DType::kF32;
+  h.workspace = Ptr<float>(d_ws);
+
+  cudaStream_t stream;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ASSERT_CUDA_OK(kc::HcPre(p, stream));
+  ASSERT_CUDA_OK(kc::HcHead(h, stream));
+  ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+  auto outputs = [&] {
+    std::vector<std::vector<float>> o;
+    o.push_back(Download(d_post, n * kHc, DType::kF32));
+    o.push_back(Download(d_comb, n * kHc * kHc, DType::kF32));
+    o.push_back(Download(d_normed, n * dim, DType::kBF16));
+    o.push_back(Download(d_head, n * dim, DType::kF32));
+    return o;
+  };
+  const auto eager = outputs();
+  for (const auto& v : eager) {
+    for (float x : v) ASSERT_TRUE(std::isfinite(x));
+  }
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  ASSERT_CUDA_OK(kc::HcPre(p, stream));
+  ASSERT_CUDA_OK(kc::HcHead(h, stream));
+  ASSERT_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    for (auto* b : {&d_post, &d_comb, &d_normed, &d_head, &d_ws}) {
+      ASSERT_CUDA_OK(cudaMemsetAsync(b->data(), 0xff, b->bytes(), stream));
+    }
+    ASSERT_CUDA_OK(cudaGraphLaunch(exec, stream));
+    ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+    const auto got = outputs();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(SameBits(got[i], eager[i])) << i;
+  }
+  ASSERT_CUDA_OK(cudaGraphExecDestroy(exec));
+  ASSERT_CUDA_OK(cudaGraphDestroy(graph));
+  ASSERT_CUDA_OK(cudaStreamDestroy(stream));
+}
 
 // ------------------------------------------------------------------------------------------
 struct RouteCase {
@@ -618,8 +773,9 @@ INSTANTIATE_TEST_SUITE_P(
                       RopeCase{40, 2, 512, 64, false, false, false, 1000, DType::kF32, false}));
 
 // ------------------------------------------------------------------------------------------
-// Times HcPre (normed bf16 output, the sublayer's input) + HcPost at V4-Flash's width, cycling
-// through 48 copies of fn (72 MB) so that fn comes from HBM as it does across the layers.
+// Times HcPre (normed bf16 output, the sublayer's input) + HcPost and HcHead at V4-Flash's width,
+// with and without a workspace (the decode path up to 64 tokens), cycling through 48 copies of
+// fn (72 MB) so that fn comes from HBM as it does across the layers.
 TEST(V4MixPerf, HcPrePostTimes) {
   SKIP_WITHOUT_GPU();
   const int64_t dim = 4096, width = kHc * dim, mix = (2 + kHc) * kHc, max_tokens = 4096;
@@ -633,6 +789,7 @@ TEST(V4MixPerf, HcPrePostTimes) {
   auto fn = alloc(static_cast<size_t>(copies) * mix * width * 4);
   auto y = alloc(max_tokens * dim * 4), normed = alloc(max_tokens * dim * 2);
   auto post = alloc(max_tokens * kHc * 4), comb = alloc(max_tokens * kHc * kHc * 4);
+  auto ws = alloc(kc::HcWorkspaceFloats(max_tokens, kHc, dim) * 4);
   ASSERT_CUDA_OK(kc::FillRandom(streams.data(), DType::kF32, max_tokens * width, 1, 1.0f, nullptr));
   ASSERT_CUDA_OK(kc::FillRandom(y.data(), DType::kF32, max_tokens * dim, 2, 1.0f, nullptr));
   ASSERT_CUDA_OK(kc::FillRandom(fn.data(), DType::kF32, copies * mix * width, 3, 0.01f, nullptr));
@@ -644,7 +801,7 @@ TEST(V4MixPerf, HcPrePostTimes) {
   cudaEvent_t start, stop;
   ASSERT_CUDA_OK(cudaEventCreate(&start));
   ASSERT_CUDA_OK(cudaEventCreate(&stop));
-  for (int64_t tokens : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
+  for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{4096}}) {
     kc::HcPreParams pre;
     pre.streams = Ptr<float>(streams);
     pre.base = Ptr<float>(base);
@@ -671,18 +828,39 @@ TEST(V4MixPerf, HcPrePostTimes) {
     auto fn_copy = [&](int i) {
       return Ptr<float>(fn) + static_cast<int64_t>(i % copies) * mix * width;
     };
+    kc::HcHeadParams head;
+    head.streams = Ptr<float>(streams);
+    head.base = Ptr<float>(base);
+    head.scale = Ptr<float>(scale);
+    head.rows = tokens;
+    head.hc = kHc;
+    head.dim = dim;
+    head.hc_eps = kHcEps;
+    head.norm_weight = Ptr<float>(weight);
+    head.normed = normed.data();
+    head.normed_dtype = DType::kBF16;
     const int iters = tokens >= 1024 ? 20 : 200;
-    float ms[3] = {};
-    for (int which = 0; which < 3; ++which) {  // 0: pre, 1: post, 2: both
+    // 0: pre, 1: post, 2: both, 3: pre with workspace, 4: both with workspace, 5: head,
+    // 6: head with workspace.
+    float ms[7] = {};
+    for (int which = 0; which < 7; ++which) {
+      const bool with_ws = which == 3 || which == 4 || which == 6;
+      pre.workspace = with_ws ? Ptr<float>(ws) : nullptr;
+      head.workspace = with_ws ? Ptr<float>(ws) : nullptr;
       for (int i = 0; i < iters + 5; ++i) {
         if (i == 5) {
           ASSERT_CUDA_OK(cudaEventRecord(start, nullptr));
         }
         pre.fn = fn_copy(i);
+        head.fn = fn_copy(i);  // its first hc rows
+        if (which == 5 || which == 6) {
+          ASSERT_CUDA_OK(kc::HcHead(head, nullptr));
+          continue;
+        }
         if (which != 1) {
           ASSERT_CUDA_OK(kc::HcPre(pre, nullptr));
         }
-        if (which != 0) {
+        if (which == 1 || which == 2 || which == 4) {
           ASSERT_CUDA_OK(kc::HcPost(pp, nullptr));
         }
       }
@@ -695,6 +873,13 @@ TEST(V4MixPerf, HcPrePostTimes) {
         "[V4MixPerf] hc 4 dim 4096, %5lld tokens: HcPre %8.2f us, HcPost %8.2f us, "
         "HcPre+HcPost %8.2f us\n",
         static_cast<long long>(tokens), ms[0], ms[1], ms[2]);
+    std::printf(
+        "[V4MixPerf] hc 4 dim 4096, %5lld tokens, workspace: HcPre %8.2f us, HcPre+HcPost %8.2f "
+        "us\n",
+        static_cast<long long>(tokens), ms[3], ms[4]);
+    std::printf(
+        "[V4MixPerf] hc 4 dim 4096, %5lld tokens: HcHead %8.2f us, with workspace %8.2f us\n",
+        static_cast<long long>(tokens), ms[5], ms[6]);
   }
   // The router at V4-Flash's 256 experts, top 6.
   for (int64_t tokens : {int64_t{1}, int64_t{64}, int64_t{8192}}) {

@@ -316,12 +316,294 @@ cudaError_t LaunchMixConfig(const MixArgs& a, cudaStream_t stream) {
   return e;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Decode path of HcPre / HcHead (a workspace, few tokens): two kernels.
+//
+// HcPartialKernel: CTA (s, group) owns the float4 columns [s * kSliceVec, (s + 1) * kSliceVec)
+// of the hc * dim values of a token (a slice of every fn row, read before the wait for the kernel
+// before, and of every stream row of the group's kTok tokens), stages both in shared memory and
+// writes, for each token t and partial q (the kM mixes, then the sum of squares), the slice's
+// dot product (columns in order) to ws[(t * kP + q) * slices + s].
+// HcFinishKernel: a cluster of kCluster CTAs per token. Every CTA sums the token's partials in the
+// same fixed order (lane-strided, then a butterfly: bit-identical totals), derives pre, collapses
+// its dim / kCluster slice with all its threads (rank 0's last warp runs Sinkhorn meanwhile), and
+// the collapsed sums of squares meet in the cluster (in rank order) for the output RMSNorm.
+
+constexpr int kSliceVec = 32;  // float4 columns per partial CTA
+constexpr int kPartThreads = 256;
+constexpr int kFinThreads = 256;
+constexpr int kFinWarps = kFinThreads / 32;
+constexpr int64_t kWsMaxDim = 32768;
+
+int64_t HcSlices(int64_t hc, int64_t dim) { return (hc * dim / 4 + kSliceVec - 1) / kSliceVec; }
+
+struct PartArgs {
+  const float* streams;
+  const int32_t* rows_index;
+  const float* fn;
+  int64_t tokens, dim, slices;
+  float* ws;
+};
+
+template <int kHc, bool kHead, int kTok>
+__global__ void __launch_bounds__(kPartThreads) HcPartialKernel(PartArgs a) {
+  constexpr int kM = kHead ? kHc : (2 + kHc) * kHc;
+  constexpr int kP = kM + 1;
+  __shared__ float4 fsl[kM][kSliceVec + 1];  // padded rows: lanes on different rows, other banks
+  __shared__ float4 xsl[kTok][kSliceVec + 1];
+  const int64_t width = kHc * a.dim, nvec = width / 4;
+  const int64_t s = blockIdx.x, c0 = s * kSliceVec;
+  const int nc = static_cast<int>(nvec - c0 < kSliceVec ? nvec - c0 : kSliceVec);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTok;
+
+  // fn does not depend on the kernel before: read this CTA's slice meanwhile.
+  for (int j = threadIdx.x; j < kM * kSliceVec; j += kPartThreads) {
+    const int m = j / kSliceVec, c = j % kSliceVec;
+    if (c < nc) fsl[m][c] = __ldg(reinterpret_cast<const float4*>(a.fn + m * width) + c0 + c);
+  }
+  WaitForPrerequisites();
+  AllowDependents();
+  for (int j = threadIdx.x; j < kTok * kSliceVec; j += kPartThreads) {
+    const int g = j / kSliceVec, c = j % kSliceVec;
+    const int64_t t = t0 + g;
+    if (c < nc && t < a.tokens) {
+      const int64_t row = a.rows_index != nullptr ? static_cast<int64_t>(a.rows_index[t]) : t;
+      xsl[g][c] = Load4(a.streams + row * width + 4 * (c0 + c));
+    }
+  }
+  __syncthreads();
+  // kSplit adjacent lanes share a (token, partial) pair: lane `part` takes columns part,
+  // part + kSplit, ..., then the kSplit sums meet in a fixed butterfly.
+  constexpr int kPairs = kTok * kP;
+  constexpr int kSplit = kPartThreads / kPairs >= 8   ? 8
+                         : kPartThreads / kPairs >= 4 ? 4
+                         : kPartThreads / kPairs >= 2 ? 2
+                                                      : 1;
+  const int part = threadIdx.x % kSplit;
+  for (int first = 0; first < kPairs * kSplit; first += kPartThreads) {  // uniform bounds
+    const int j = (first + threadIdx.x) / kSplit, g = j / kP, q = j % kP;
+    const int64_t t = t0 + g;
+    const bool active = j < kPairs && t < a.tokens;
+    float acc = 0.0f;
+    if (active) {
+      const float4* w = q < kM ? fsl[q] : xsl[g];
+      const float4* x = xsl[g];
+#pragma unroll 4
+      for (int c = part; c < nc; c += kSplit) acc = Dot4(w[c], x[c], acc);
+    }
+#pragma unroll
+    for (int o = 1; o < kSplit; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (active && part == 0) a.ws[(t * kP + q) * a.slices + s] = acc;
+  }
+}
+
+template <int kHc, bool kHead, typename OutT>
+__global__ void __launch_bounds__(kFinThreads)
+    HcFinishKernel(MixArgs a, const float* ws, int64_t slices) {
+  constexpr int kM = kHead ? kHc : (2 + kHc) * kHc;
+  constexpr int kP = kM + 1;
+  constexpr int kCells = kHc * kHc;
+  static_assert(32 % kCells == 0, "comb cells of a token fit in a warp");
+  __shared__ float total[kP];
+  __shared__ float pre[kHc];
+  __shared__ float red[kFinWarps];
+  __shared__ float sq_part;          // this CTA's share of the collapsed row's sum of squares
+  extern __shared__ float4 stash[];  // first the token's partials, then the collapsed slice
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t t = static_cast<int64_t>(blockIdx.x / kCluster);
+  const int64_t dim = a.dim, width = kHc * dim, nvec = dim / 4;
+  const int64_t v0 = nvec * rank / kCluster, v1 = nvec * (rank + 1) / kCluster;
+  const int ns = static_cast<int>(v1 - v0);
+  const int warp = threadIdx.x / 32, wlane = threadIdx.x % 32;
+  WaitForPrerequisites();
+  AllowDependents();
+
+  // 1. The token's partials into shared memory (all loads in flight at once), then summed.
+  {
+    float* buf = reinterpret_cast<float*>(stash);
+    const int n = static_cast<int>(kP * slices);
+    const float* src = ws + t * n;
+    constexpr int kU = 16;
+    for (int first = threadIdx.x; first < n; first += kFinThreads * kU) {
+      float v[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int i = first + u * kFinThreads;
+        v[u] = i < n ? src[i] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int i = first + u * kFinThreads;
+        if (i < n) buf[i] = v[u];
+      }
+    }
+    __syncthreads();
+    for (int q = warp; q < kP; q += kFinWarps) {
+      float s = 0.0f;
+      for (int64_t i = wlane; i < slices; i += 32) s += buf[q * slices + i];
+      s = WarpSum(s);
+      if (wlane == 0) total[q] = s;
+    }
+    __syncthreads();  // also: every read of buf is done before stash is written
+  }
+
+  // 2. pre.
+  const float inv = 1.0f / sqrtf(total[kM] * (1.0f / static_cast<float>(width)) + a.norm_eps);
+  if (threadIdx.x < kHc) {
+    const int i = threadIdx.x;
+    pre[i] = Sigmoid(total[i] * inv * a.scale[0] + a.base[i]) + a.hc_eps;
+  }
+  __syncthreads();
+
+  // 3. Collapse this CTA's slice; post and comb (Sinkhorn) by rank 0's last warp meanwhile.
+  const int64_t row = a.rows_index != nullptr ? static_cast<int64_t>(a.rows_index[t]) : t;
+  const float* x = a.streams + row * width;
+  float ssq = 0.0f;
+  for (int v = threadIdx.x; v < ns; v += kFinThreads) {
+    const int64_t col = 4 * (v0 + v);
+    float4 cv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int i = 0; i < kHc; ++i) {
+      const float4 xi = Load4(x + i * dim + col);
+      const float w = pre[i];
+      cv.x = fmaf(w, xi.x, cv.x);
+      cv.y = fmaf(w, xi.y, cv.y);
+      cv.z = fmaf(w, xi.z, cv.z);
+      cv.w = fmaf(w, xi.w, cv.w);
+    }
+    stash[v] = cv;
+    if (!kHead && a.collapsed != nullptr) Store4(a.collapsed + t * dim + col, cv);
+    ssq = Dot4(cv, cv, ssq);
+  }
+  if constexpr (!kHead) {
+    if (rank == 0 && warp == kFinWarps - 1) {
+      const int cell = wlane % kCells, r = cell / kHc, c = cell % kHc;
+      const float eps = a.hc_eps;
+      auto row_sum = [](float y) {
+#pragma unroll
+        for (int o = 1; o < kHc; o <<= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
+        return y;
+      };
+      auto col_sum = [](float y) {
+#pragma unroll
+        for (int o = kHc; o < kCells; o <<= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
+        return y;
+      };
+      float v = total[2 * kHc + cell] * inv * a.scale[2] + a.base[2 * kHc + cell];
+      float mx = v;
+#pragma unroll
+      for (int o = 1; o < kHc; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float e = expf(v - mx);
+      v = e / row_sum(e) + eps;
+      v = v / (col_sum(v) + eps);
+      for (int64_t it = 1; it < a.iters; ++it) {
+        v = v / (row_sum(v) + eps);
+        v = v / (col_sum(v) + eps);
+      }
+      if (wlane < kCells) {
+        a.comb[t * kCells + r * kHc + c] = v;
+        if (cell < kHc) {
+          const float m = total[kHc + cell] * inv;
+          a.post[t * kHc + cell] = 2.0f * Sigmoid(m * a.scale[1] + a.base[kHc + cell]);
+        }
+      }
+    }
+  }
+  ssq = WarpSum(ssq);
+  if (wlane == 0) red[warp] = ssq;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kFinWarps; ++w) s += red[w];
+    sq_part = s;
+  }
+  cluster.sync();  // every CTA's sq_part is complete
+
+  // 4. normed = collapsed / rms(collapsed) * norm_weight.
+  if (a.normed != nullptr) {
+    float s = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kCluster; ++r) s += *cluster.map_shared_rank(&sq_part, r);
+    const float inv_out = 1.0f / sqrtf(s * (1.0f / static_cast<float>(dim)) + a.norm_eps);
+    OutT* out = static_cast<OutT*>(a.normed) + t * dim;
+    for (int v = threadIdx.x; v < ns; v += kFinThreads) {
+      const int64_t col = 4 * (v0 + v);
+      const float4 cv = stash[v];
+      const float4 w = Load4(a.norm_weight + col);
+      Store4(out + col, make_float4((cv.x * inv_out) * w.x, (cv.y * inv_out) * w.y,
+                                    (cv.z * inv_out) * w.z, (cv.w * inv_out) * w.w));
+    }
+    cluster.sync();  // the others' sq_part stays alive until every CTA has read it
+  }
+}
+
+// Shared memory of HcFinishKernel: the token's partials, then (aliased) the collapsed slice.
+size_t FinishSmem(int64_t num_partials, int64_t hc, int64_t dim) {
+  const size_t partials = static_cast<size_t>(num_partials * HcSlices(hc, dim)) * sizeof(float);
+  const size_t slice = static_cast<size_t>((dim / 4 + kCluster - 1) / kCluster) * sizeof(float4);
+  return partials > slice ? partials : slice;
+}
+
+template <bool kHead, typename OutT>
+cudaError_t LaunchMixWorkspace(const MixArgs& a, float* ws, cudaStream_t stream) {
+  constexpr int kM = kHead ? 4 : (2 + 4) * 4;
+  const int64_t slices = HcSlices(4, a.dim);
+  const PartArgs pa{a.streams, a.rows_index, a.fn, a.tokens, a.dim, slices, ws};
+  cudaError_t e;
+  const auto sx = static_cast<unsigned>(slices);
+  if (a.tokens == 1) {
+    e = LaunchDependent(HcPartialKernel<4, kHead, 1>, dim3(sx, 1), kPartThreads, 0, stream, pa);
+  } else if (a.tokens <= 4) {
+    e = LaunchDependent(HcPartialKernel<4, kHead, 4>, dim3(sx, 1), kPartThreads, 0, stream, pa);
+  } else {
+    const auto groups = static_cast<unsigned>((a.tokens + 15) / 16);
+    e = LaunchDependent(HcPartialKernel<4, kHead, 16>, dim3(sx, groups), kPartThreads, 0, stream,
+                        pa);
+  }
+  if (e != cudaSuccess) return e;
+
+  auto* kernel = HcFinishKernel<4, kHead, OutT>;
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxStashBytes));
+  if (attr != cudaSuccess) return attr;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(a.tokens * kCluster));
+  cfg.blockDim = dim3(kFinThreads);
+  cfg.dynamicSmemBytes = FinishSmem(kM + 1, 4, a.dim);
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = kCluster;
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 2;
+  const float* cws = ws;
+  e = cudaLaunchKernelEx(&cfg, kernel, a, cws, slices);
+  if (e != cudaSuccess) {  // a driver refusing programmatic launch of clusters: plain launch
+    (void)cudaGetLastError();
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, kernel, a, cws, slices);
+  }
+  return e;
+}
+
 // Tokens per cluster by the token count: 1 (decode: up to 16 clusters read fn), 4, or 32
 // (prefill: fn is reused across 32 tokens per CTA) when the collapsed slices fit in shared memory.
+// With a workspace, up to kHcWorkspaceMaxTokens tokens take the two-kernel decode path.
 template <bool kHead>
-cudaError_t LaunchMix(const MixArgs& a, DType normed_dtype, cudaStream_t stream) {
+cudaError_t LaunchMix(const MixArgs& a, DType normed_dtype, float* ws, cudaStream_t stream) {
+  constexpr int64_t kP = (kHead ? 4 : (2 + 4) * 4) + 1;
+  const bool use_ws = ws != nullptr && a.tokens <= kHcWorkspaceMaxTokens && a.dim <= kWsMaxDim &&
+                      FinishSmem(kP, 4, a.dim) <= kMaxStashBytes;
   return DispatchFloat(a.normed != nullptr ? normed_dtype : DType::kF32, [&](auto o) {
     using OutT = decltype(o);
+    if (use_ws) return LaunchMixWorkspace<kHead, OutT>(a, ws, stream);
     const int64_t ns_max = (a.dim / 4 + kCluster - 1) / kCluster;
     if (a.tokens <= 16) return LaunchMixConfig<4, kHead, 1, 1, OutT>(a, stream);
     if (a.tokens <= 512 || static_cast<size_t>(32 * ns_max) * sizeof(float4) > kMaxStashBytes) {
@@ -568,7 +850,13 @@ int HcPre(const HcPreParams& p, void* stream) {
   const MixArgs a{p.streams,    nullptr, p.fn,        p.base,        p.scale,
                   p.num_tokens, p.dim,   p.iters,     p.hc_eps,      p.norm_eps,
                   p.post,       p.comb,  p.collapsed, p.norm_weight, p.normed};
-  return LaunchMix<false>(a, p.normed_dtype, static_cast<cudaStream_t>(stream));
+  return LaunchMix<false>(a, p.normed_dtype, p.workspace, static_cast<cudaStream_t>(stream));
+}
+
+int64_t HcWorkspaceFloats(int64_t num_tokens, int64_t hc, int64_t dim) {
+  if (num_tokens <= 0 || hc <= 0 || dim <= 0) return 0;
+  const int64_t n = num_tokens < kHcWorkspaceMaxTokens ? num_tokens : kHcWorkspaceMaxTokens;
+  return n * ((2 + hc) * hc + 1) * HcSlices(hc, dim);
 }
 
 int HcPost(const HcPostParams& p, void* stream) {
@@ -593,7 +881,7 @@ int HcHead(const HcHeadParams& p, void* stream) {
   }
   const MixArgs a{p.streams, p.rows_index, p.fn,    p.base,  p.scale, p.rows,        p.dim,   0,
                   p.hc_eps,  p.norm_eps,   nullptr, nullptr, nullptr, p.norm_weight, p.normed};
-  return LaunchMix<true>(a, p.normed_dtype, static_cast<cudaStream_t>(stream));
+  return LaunchMix<true>(a, p.normed_dtype, p.workspace, static_cast<cudaStream_t>(stream));
 }
 
 int Route(const RouteParams& p, void* stream) {

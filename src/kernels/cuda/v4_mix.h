@@ -18,6 +18,16 @@
 // group; the partial sums meet in distributed shared memory. HcPost: dim a multiple of 4.
 // Route: num_experts <= 1024, top_k <= 16 (and <= num_experts), one warp per token. NormRope:
 // head_dim even, rotary_dim even and <= head_dim, strides even, x and out 8-byte aligned.
+//
+// Decode path (HcPre / HcHead given a workspace, at most kHcWorkspaceMaxTokens tokens or rows,
+// dim <= 32768): two kernels. The first spreads the hc * dim dot products over
+// ceil(hc * dim / 128) CTAs per group of up to 16 tokens (each CTA a 128-value slice of fn for
+// every mix row) and writes each slice's partial mixes and sum of squares to the workspace; the
+// second (a cluster of 8 CTAs per token) sums the partials in a fixed order, then does Sinkhorn,
+// the collapse and the RMSNorm as above. The same inputs give the same bits on every run; both
+// launches are graph-capturable. The first kernel reads fn before waiting for the kernel before it
+// in the stream (programmatic dependent launch): fn must not be written by the kernels just before
+// (weights never are).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +41,11 @@ namespace dinfer::kernels::cuda {
 // Sinkhorn `iters`), collapsed = Σ_i pre_i · streams_i, and (when normed is set) normed =
 // RMSNorm(collapsed) * norm_weight (eps norm_eps) stored as normed_dtype (f32 or bf16): the
 // sublayer's input.
+//
+// workspace (optional): HcWorkspaceFloats(num_tokens, hc, dim) floats of device memory, not
+// aliasing any other buffer; nullptr, or more than kHcWorkspaceMaxTokens tokens, takes the
+// single-kernel path. Launches on one stream may share a workspace; concurrent launches on
+// different streams need their own. Its contents need no initialisation and are scratch.
 struct HcPreParams {
   const float* streams = nullptr;  // [tokens, hc * dim]
   const float* fn = nullptr;       // [(2 + hc) * hc, hc * dim]
@@ -44,8 +59,15 @@ struct HcPreParams {
   const float* norm_weight = nullptr;  // [dim], with normed
   void* normed = nullptr;              // [tokens, dim] of normed_dtype, optional
   DType normed_dtype = DType::kBF16;
+  float* workspace = nullptr;  // optional, see above
 };
 int HcPre(const HcPreParams& p, void* stream);
+
+// Token counts up to which HcPre / HcHead use a workspace given to them, and the floats that
+// workspace needs for num_tokens tokens (counts above the limit need only the limit's size, as the
+// workspace is then unused): min(num_tokens, limit) * ((2 + hc) * hc + 1) * ceil(hc * dim / 128).
+constexpr int64_t kHcWorkspaceMaxTokens = 64;
+int64_t HcWorkspaceFloats(int64_t num_tokens, int64_t hc, int64_t dim);
 
 // After the sublayer: out[t, k] = post[t, k] * y[t] + Σ_j comb[t, j, k] * streams[t, j]; out must
 // not alias streams.
@@ -61,7 +83,8 @@ int HcPost(const HcPostParams& p, void* stream);
 // The final collapse for the logits rows: row r reads streams row i = rows_index ? rows_index[r] :
 // r; mixes = rms-normed streams · fnᵀ (fn [hc, hc*dim]), pre_i = sigmoid(mix_i * scale[0] +
 // base_i) + hc_eps, x = Σ_i pre_i streams_i, then normed[r] = RMSNorm(x) * norm_weight (eps
-// norm_eps) as normed_dtype.
+// norm_eps) as normed_dtype. workspace: as HcPreParams' (rows for tokens; the same size serves
+// both ops).
 struct HcHeadParams {
   const float* streams = nullptr;
   const int32_t* rows_index = nullptr;                           // [rows], optional
@@ -71,6 +94,7 @@ struct HcHeadParams {
   const float* norm_weight = nullptr;
   void* normed = nullptr;  // [rows, dim]
   DType normed_dtype = DType::kBF16;
+  float* workspace = nullptr;  // optional
 };
 int HcHead(const HcHeadParams& p, void* stream);
 
