@@ -359,6 +359,7 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
       max_logits * h * 2,                                 // head rows
       mtp_ ? n * h * 4 : 0,                               // MTP e
       mtp_ ? n * hc * h * 2 : 0,                          // MTP rows
+      kc::HcWorkspaceFloats(n, hc, h) * 4,                // hyper-connections at decode
   };
   size_t total = 0;
   for (int64_t s : sizes) total += static_cast<size_t>(s) + cuda::DeviceArena::kAlignment;
@@ -399,6 +400,7 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
   head_rows_ = p[i++];
   mtp_e_ = static_cast<float*>(p[i++]);
   mtp_rows_ = p[i++];
+  hc_ws_ = static_cast<float*>(p[i++]);
   if (mtp_) {
     std::vector<float> ones(static_cast<size_t>(n * hc), 1.0f),
         eye(static_cast<size_t>(n * hc * hc));
@@ -535,6 +537,7 @@ Status GpuDeepseekV4::Head(const HcWeights& hc_head, const DeviceTensor& norm, c
   head.norm_weight = norm.as<float>();
   head.normed = head_rows_;
   head.normed_dtype = DType::kBF16;
+  head.workspace = hc_ws_;
   DINFER_RETURN_IF_ERROR(Check(kc::HcHead(head, stream), "hyper-connection head"));
   return Gemm(head_rows_, h, lm_head_.data(), c.vocab_size, h, logits, c.vocab_size,
               step.num_logits, DType::kF32, stream);
@@ -570,6 +573,7 @@ Status GpuDeepseekV4::RunLayer(const Layer& l, int64_t layer, const GpuStep& ste
   pre.norm_weight = l.attn_norm.as<float>();
   pre.normed = normed_;
   pre.normed_dtype = DType::kBF16;
+  pre.workspace = hc_ws_;
   DINFER_RETURN_IF_ERROR(Check(kc::HcPre(pre, stream), "hyper-connection (attention)"));
   DINFER_RETURN_IF_ERROR(
       Gemm(normed_, h, l.x_proj.data(), l.x_cols, h, x_out_, l.x_cols, n, DType::kF32, stream));

@@ -139,6 +139,7 @@ class GpuDeepseekV4 final : public GpuModel {
   float* mtp_e_ = nullptr;    // [tokens, hidden]
   void* mtp_rows_ = nullptr;  // bf16 [tokens * hc, hidden]
   cuda::DeviceTensor ones_, eye_;
+  float* hc_ws_ = nullptr;  // HcPre / HcHead partials at decode (kc::HcWorkspaceFloats)
   int64_t attn_splits_ = 0;
 };
 
