@@ -135,8 +135,9 @@ StepPlan Scheduler::Schedule() {
       draft.clear();
     }
     const int64_t with_draft = n + static_cast<int64_t>(draft.size());
+    const int64_t need = r.num_computed_tokens + with_draft;
     bool self_preempted = false;
-    while (!kv_.Allocate(id, r.num_computed_tokens + with_draft)) {
+    while (!kv_.Allocate(id, need)) {
       const RequestId victim = running_.back();
       Preempt(victim, plan);
       if (victim == id) {
@@ -144,7 +145,18 @@ StepPlan Scheduler::Schedule() {
         break;
       }
     }
-    if (!self_preempted) add_chunk(r, n, std::move(draft));
+    if (!self_preempted) {
+      add_chunk(r, n, std::move(draft));
+    } else if (running_.empty() && plan.chunks.empty() && !r.has_placeholder()) {
+      // Alone, with nothing else holding memory, it cannot take this step: readmitted, it would
+      // come back to the same point and preempt itself again, forever.
+      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+      Fail(r,
+           fmt::format("request {} cannot continue: the KV cache cannot hold {} tokens of it "
+                       "even alone",
+                       id, need),
+           plan);
+    }
   }
 
   // 2. Waiting requests by priority and arrival, while there is room; none after a preemption

@@ -130,6 +130,31 @@ TEST(Scheduler, RequestThatCanNeverFitIsRejected) {
   STEP(h, {{{2, 0, 4, true}}, {}, 1, 0});
 }
 
+TEST(Scheduler, RequestThatCannotContinueAloneFailsInsteadOfPreemptingItselfForever) {
+  // A sliding window of 4 tokens in blocks of 4 and 2 allocatable blocks: the admission check
+  // passes (a window group needs only the blocks the window reads) and the first 8-token chunk
+  // fits, but the next 8 tokens need 3 blocks (the one holding positions 5-7, which their window
+  // reads, and two new ones). Alone in the cache, the request fails with an error; re-admitted it
+  // would come back to this step and preempt itself again, forever.
+  SchedulerConfig cfg;
+  cfg.max_num_batched_tokens = 8;
+  Harness h(kv::KvCacheSpec{3, 4, 4, true}, cfg);
+  ASSERT_TRUE(h.sched_.Add(Req(1, 16, 2)).ok());
+  ASSERT_TRUE(h.sched_.Add(Req(2, 4, 2, 1, 900)).ok());
+  STEP(h, {{{1, 0, 8, false}}, {}, 1, 1});
+  StepPlan plan = h.sched_.Schedule();
+  EXPECT_TRUE(plan.chunks.empty());
+  EXPECT_EQ(plan.failed, std::vector<RequestId>{1});
+  const SchedRequest* r = h.sched_.Find(1);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->state, RequestState::kFinished);
+  EXPECT_NE(r->error.find("cannot continue"), std::string::npos) << r->error;
+  h.sched_.OnStepDone(plan);
+  // The other request still runs.
+  STEP(h, {{{2, 0, 4, true}}, {}, 1, 0});
+  EXPECT_TRUE(h.kv_.CheckInvariants().ok());
+}
+
 TEST(Scheduler, PrefixCacheSkipsCachedBlocks) {
   Harness h(32, 4);
   ASSERT_TRUE(h.sched_.Add(Req(1, 10, 1)).ok());
