@@ -180,23 +180,8 @@ __global__ void __launch_bounds__(kThreads, kBm == 128 ? 1 : 2)
     float part[kMt][4][4] = {};
 #pragma unroll
     for (int s = 0; s < kBk / 32; ++s) {
-      uint32_t a[kMt][4];
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        const int r = wm * (kBm / 2) + mt * 16 + (lane & 15);
-        LdMatrixX4(a[mt], sa + Swizzled(r, 2 * s + (lane >> 4)));
-      }
-      uint32_t b[4][2];
-#pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        const int r = wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-        uint32_t f[4];
-        LdMatrixX4(f, sb + Swizzled(r, 2 * s + ((lane >> 3) & 1)));
-        b[2 * np][0] = f[0];
-        b[2 * np][1] = f[1];
-        b[2 * np + 1][0] = f[2];
-        b[2 * np + 1][1] = f[3];
-      }
+      uint32_t a[kMt][4], b[4][2];
+      LoadSwizzledFragments<kMt>(sa, sb, wm * (kBm / 2), wn * 32, s, lane, a, b);
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll

@@ -68,6 +68,34 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
                : "r"(s));
 }
 
+// Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows whose chunks are XOR-swizzled
+// by the row, so that ldmatrix reads of 8 rows hit distinct banks.
+__device__ __forceinline__ int Swizzled128(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
+
+// The mma.sync fragments of k-step s (32 bytes of each row: 16 bf16 or 32 e4m3 values) of two
+// 128-byte-swizzled shared tiles: A of kMt row tiles of 16 rows from a_row0 (m16 x k, row-major),
+// B of four tiles of 8 rows from b_row0 (the n rows of w, k contiguous).
+template <int kMt>
+__device__ __forceinline__ void LoadSwizzledFragments(const uint8_t* sa, const uint8_t* sb,
+                                                      int a_row0, int b_row0, int s, int lane,
+                                                      uint32_t (&a)[kMt][4], uint32_t (&b)[4][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+    const int r = a_row0 + mt * 16 + (lane & 15);
+    LdMatrixX4(a[mt], sa + Swizzled128(r, 2 * s + (lane >> 4)));
+  }
+#pragma unroll
+  for (int np = 0; np < 2; ++np) {
+    const int r = b_row0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+    uint32_t f[4];
+    LdMatrixX4(f, sb + Swizzled128(r, 2 * s + ((lane >> 3) & 1)));
+    b[2 * np][0] = f[0];
+    b[2 * np][1] = f[1];
+    b[2 * np + 1][0] = f[2];
+    b[2 * np + 1][1] = f[3];
+  }
+}
+
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);

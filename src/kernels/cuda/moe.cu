@@ -409,7 +409,7 @@ constexpr int kStages = 4;
 constexpr int kStageBytes = (kTileM + kTileN) * kTileK * 2;
 constexpr int kTiledSmem = kStages * kStageBytes;
 
-__device__ __forceinline__ int Swizzled(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
+__device__ __forceinline__ int Swizzled(int r, int c) { return Swizzled128(r, c); }
 
 template <typename T>
 __global__ void __launch_bounds__(kTiledThreads, 1)
@@ -486,23 +486,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
     const uint8_t* sb = sa + kTileM * 128;
 #pragma unroll
     for (int s = 0; s < kTileK / 16; ++s) {
-      uint32_t a[kMt][4];
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        const int r = wm * (kTileM / 2) + mt * 16 + (lane & 15);
-        LdMatrixX4(a[mt], sa + Swizzled(r, 2 * s + (lane >> 4)));
-      }
-      uint32_t b[4][2];
-#pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        const int r = wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-        uint32_t f[4];
-        LdMatrixX4(f, sb + Swizzled(r, 2 * s + ((lane >> 3) & 1)));
-        b[2 * np][0] = f[0];
-        b[2 * np][1] = f[1];
-        b[2 * np + 1][0] = f[2];
-        b[2 * np + 1][1] = f[3];
-      }
+      uint32_t a[kMt][4], b[4][2];
+      LoadSwizzledFragments<kMt>(sa, sb, wm * (kTileM / 2), wn * 32, s, lane, a, b);
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
