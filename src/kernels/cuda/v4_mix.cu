@@ -79,6 +79,35 @@ struct MixArgs {
   void* normed;
 };
 
+// The comb cell a lane holds (lanes in groups of kHc * kHc, cells row-major) from its logit
+// (mix * scale[2] + base): the row softmax plus eps, then Sinkhorn's normalisations, columns
+// first, `iters` of them in all (kernels/cpu HcPre).
+template <int kHc>
+__device__ __forceinline__ float SinkhornCell(float v, float eps, int64_t iters) {
+  constexpr int kCells = kHc * kHc;
+  auto row_sum = [](float x) {
+#pragma unroll
+    for (int o = 1; o < kHc; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+  };
+  auto col_sum = [](float x) {
+#pragma unroll
+    for (int o = kHc; o < kCells; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+  };
+  float mx = v;
+#pragma unroll
+  for (int o = 1; o < kHc; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float e = expf(v - mx);
+  v = e / row_sum(e) + eps;
+  v = v / (col_sum(v) + eps);
+  for (int64_t it = 1; it < iters; ++it) {
+    v = v / (row_sum(v) + eps);
+    v = v / (col_sum(v) + eps);
+  }
+  return v;
+}
+
 template <int kHc, bool kHead, int kT, int kGt, typename OutT>
 __global__ void __launch_bounds__(kMixThreads) HcMixKernel(MixArgs a) {
   constexpr int kM = kHead ? kHc : (2 + kHc) * kHc;  // mixes per token
@@ -199,27 +228,8 @@ __global__ void __launch_bounds__(kMixThreads) HcMixKernel(MixArgs a) {
       const bool valid = q < owned && t < a.tokens;
       const float inv = inv_rms(g);
       const float* tot = total + g * kP;
-      auto row_sum = [](float x) {
-#pragma unroll
-        for (int o = 1; o < kHc; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-        return x;
-      };
-      auto col_sum = [](float x) {
-#pragma unroll
-        for (int o = kHc; o < kCells; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-        return x;
-      };
-      float v = tot[2 * kHc + cell] * inv * a.scale[2] + a.base[2 * kHc + cell];
-      float mx = v;
-#pragma unroll
-      for (int o = 1; o < kHc; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float e = expf(v - mx);
-      v = e / row_sum(e) + eps;
-      v = v / (col_sum(v) + eps);
-      for (int64_t it = 1; it < a.iters; ++it) {
-        v = v / (row_sum(v) + eps);
-        v = v / (col_sum(v) + eps);
-      }
+      const float v = SinkhornCell<kHc>(
+          tot[2 * kHc + cell] * inv * a.scale[2] + a.base[2 * kHc + cell], eps, a.iters);
       if (valid) {
         a.comb[t * kCells + r * kHc + c] = v;
         if (cell < kHc) {
@@ -481,27 +491,8 @@ __global__ void __launch_bounds__(kFinThreads)
     if (rank == 0 && warp == kFinWarps - 1) {
       const int cell = wlane % kCells, r = cell / kHc, c = cell % kHc;
       const float eps = a.hc_eps;
-      auto row_sum = [](float y) {
-#pragma unroll
-        for (int o = 1; o < kHc; o <<= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
-        return y;
-      };
-      auto col_sum = [](float y) {
-#pragma unroll
-        for (int o = kHc; o < kCells; o <<= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
-        return y;
-      };
-      float v = total[2 * kHc + cell] * inv * a.scale[2] + a.base[2 * kHc + cell];
-      float mx = v;
-#pragma unroll
-      for (int o = 1; o < kHc; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float e = expf(v - mx);
-      v = e / row_sum(e) + eps;
-      v = v / (col_sum(v) + eps);
-      for (int64_t it = 1; it < a.iters; ++it) {
-        v = v / (row_sum(v) + eps);
-        v = v / (col_sum(v) + eps);
-      }
+      const float v = SinkhornCell<kHc>(
+          total[2 * kHc + cell] * inv * a.scale[2] + a.base[2 * kHc + cell], eps, a.iters);
       if (wlane < kCells) {
         a.comb[t * kCells + r * kHc + c] = v;
         if (cell < kHc) {
