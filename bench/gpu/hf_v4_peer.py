@@ -7,22 +7,12 @@ for the last token only.
 """
 import argparse
 import json
-import statistics
 import time
 
 import torch
 import transformers
 
-
-def timed(fn, reps):
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+from hf_peer import decode_step_ms, timed
 
 
 def main():
@@ -56,16 +46,8 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(1)
     prompt = torch.randint(0, config.vocab_size, (1, 1024), device="cuda", generator=gen)
 
-    def generate(k):
-        with torch.no_grad():
-            model.generate(prompt, max_new_tokens=k, min_new_tokens=k, do_sample=False,
-                           pad_token_id=0)
-
-    generate(2)
     steps = 16
-    t_one = timed(lambda: generate(1), 2)
-    t_many = timed(lambda: generate(steps + 1), 1)
-    step_ms = (t_many - t_one) / steps * 1e3
+    step_ms = decode_step_ms(model, prompt, steps, reps_one=2)
     out["decode_b1"] = {"step_ms": step_ms, "tok_s": 1e3 / step_ms, "steps": steps,
                         "context": 1024}
     print(f"transformers V4 decode b1: {step_ms:.2f} ms/step ({1e3 / step_ms:.1f} tok/s)",
