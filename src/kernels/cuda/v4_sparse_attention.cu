@@ -172,7 +172,9 @@ struct TcConfig {
   static constexpr int kQBytes = kHeads * kLd * 2;
   static constexpr int kTileBytes = kTileKeys * kLd * 2;
   static constexpr int kSxBytes = kWarps * 16 * kSxLd * 4;
-  static constexpr int kSmem = kQBytes + kStages * kTileBytes + kSxBytes + kStages * kTileKeys * 4;
+  // Rows of a round of keys, resolved before its tiles are gathered.
+  static constexpr int kRound = 512;
+  static constexpr int kSmem = kQBytes + kStages * kTileBytes + kSxBytes + kRound * 8;
 };
 
 template <int D>
@@ -184,7 +186,7 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   bf16* sq = reinterpret_cast<bf16*>(smem_raw);
   bf16* tiles = reinterpret_cast<bf16*>(reinterpret_cast<uint8_t*>(smem_raw) + C::kQBytes);
   float* sx = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(tiles) + kStages * C::kTileBytes);
-  int* valid = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(sx) + C::kSxBytes);
+  int64_t* codes = reinterpret_cast<int64_t*>(reinterpret_cast<uint8_t*>(sx) + C::kSxBytes);
   WaitForPrerequisites();
 
   const int64_t t = blockIdx.x;
@@ -199,14 +201,13 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   const KeyList keys(p, dv, t, pos);
   int s_lo, s_hi;
   SplitRange(keys.total, dv.splits, split, kTile, &s_lo, &s_hi);
-  const int num_tiles = (s_hi - s_lo + kTile - 1) / kTile;
 
+  // Tile i of the round: rows codes[i * kTile ...].
   auto load_tile = [&](int i, int buf) {
     bf16* dst_tile = tiles + buf * (kTile * kLd);
     for (int c = tid; c < kTile * (D / 8); c += C::kThreads) {
       const int r = c / (D / 8), cc = c % (D / 8);
-      const int k = s_lo + i * kTile + r;
-      const int64_t code = k < s_hi ? keys.Code(p, dv, k) : -1;
+      const int64_t code = codes[i * kTile + r];
       const bool fill = code >= 0;
       const bf16* src = static_cast<const bf16*>(p.window_kv);
       if (fill) {
@@ -215,14 +216,8 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
         src = plane + (code >> 1) * D + cc * 8;
       }
       CpAsync16(dst_tile + r * kLd + cc * 8, src, fill);
-      if (cc == 0) valid[buf * kTile + r] = fill;
     }
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_tiles) load_tile(s, s);
-    CpAsyncCommit();
-  }
 
   // Q of the CTA's heads as bf16 (rows past the heads are zero).
   for (int c = tid; c < C::kHeads * (D / 8); c += C::kThreads) {
@@ -267,113 +262,130 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   const bf16* qrow = sq + (mt * 16 + (lane & 15)) * kLd + ds * kW + (lane >> 4) * 8;
   float* sx_own = sx + warp * 16 * C::kSxLd;
 
-  for (int i = 0; i < num_tiles; ++i) {
-    CpAsyncWait<kStages - 2>();
-    __syncthreads();  // tile i landed; tile i - 1's buffer and the partial S are free
-    if (i + kStages - 1 < num_tiles) load_tile(i + kStages - 1, (i + kStages - 1) % kStages);
-    CpAsyncCommit();
-    const int buf = i % kStages;
-    const bf16* tile = tiles + buf * (kTile * kLd);
-
-    // Partial S over the warp's dims.
-    float s[4][4];
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    const bf16* krow = tile + ((lane & 7) + (mat >> 1) * 8) * kLd + ds * kW + (mat & 1) * 8;
-#pragma unroll
-    for (int kk = 0; kk < kW / 16; ++kk) {
-      uint32_t a[4];
-      LdMatrixX4(a, qrow + kk * 16);
-#pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        uint32_t b[4];
-        LdMatrixX4(b, krow + np * 16 * kLd + kk * 16);
-        Mma(s[2 * np], a, b[0], b[1]);
-        Mma(s[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      *reinterpret_cast<float2*>(sx_own + g * C::kSxLd + nt * 8 + c2) =
-          make_float2(s[nt][0], s[nt][1]);
-      *reinterpret_cast<float2*>(sx_own + (g + 8) * C::kSxLd + nt * 8 + c2) =
-          make_float2(s[nt][2], s[nt][3]);
+  // Rounds of up to kRound keys: their rows are looked up (selection, block tables) by all threads
+  // at once, so that the tiles' gathers need no global reads of their own.
+  for (int r0 = s_lo; r0 < s_hi; r0 += C::kRound) {
+    const int r_hi = min(s_hi, r0 + C::kRound);
+    const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
+    __syncthreads();  // the previous round's tiles, partial S and codes are consumed
+    for (int k = tid; k < C::kRound; k += C::kThreads) {
+      codes[k] = r0 + k < r_hi ? keys.Code(p, dv, r0 + k) : -1;
     }
     __syncthreads();
-    // Full S: the head tile's four partials in a fixed order.
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < num_tiles) load_tile(s, s);
+      CpAsyncCommit();
+    }
+    for (int i = 0; i < num_tiles; ++i) {
+      CpAsyncWait<kStages - 2>();
+      __syncthreads();  // tile i landed; tile i - 1's buffer and the partial S are free
+      if (i + kStages - 1 < num_tiles) load_tile(i + kStages - 1, (i + kStages - 1) % kStages);
+      CpAsyncCommit();
+      const int buf = i % kStages;
+      const bf16* tile = tiles + buf * (kTile * kLd);
+
+      // Partial S over the warp's dims.
+      float s[4][4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float* part = sx + (mt * 4 + q) * 16 * C::kSxLd;
+      for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      const bf16* krow = tile + ((lane & 7) + (mat >> 1) * 8) * kLd + ds * kW + (mat & 1) * 8;
+#pragma unroll
+      for (int kk = 0; kk < kW / 16; ++kk) {
+        uint32_t a[4];
+        LdMatrixX4(a, qrow + kk * 16);
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t b[4];
+          LdMatrixX4(b, krow + np * 16 * kLd + kk * 16);
+          Mma(s[2 * np], a, b[0], b[1]);
+          Mma(s[2 * np + 1], a, b[2], b[3]);
+        }
+      }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        const float2 x0 = *reinterpret_cast<const float2*>(part + g * C::kSxLd + nt * 8 + c2);
-        const float2 x1 = *reinterpret_cast<const float2*>(part + (g + 8) * C::kSxLd + nt * 8 + c2);
-        s[nt][0] += x0.x;
-        s[nt][1] += x0.y;
-        s[nt][2] += x1.x;
-        s[nt][3] += x1.y;
+        *reinterpret_cast<float2*>(sx_own + g * C::kSxLd + nt * 8 + c2) =
+            make_float2(s[nt][0], s[nt][1]);
+        *reinterpret_cast<float2*>(sx_own + (g + 8) * C::kSxLd + nt * 8 + c2) =
+            make_float2(s[nt][2], s[nt][3]);
       }
-    }
+      __syncthreads();
+      // Full S: the head tile's four partials in a fixed order.
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float* part = sx + (mt * 4 + q) * 16 * C::kSxLd;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const float2 x0 = *reinterpret_cast<const float2*>(part + g * C::kSxLd + nt * 8 + c2);
+          const float2 x1 =
+              *reinterpret_cast<const float2*>(part + (g + 8) * C::kSxLd + nt * 8 + c2);
+          s[nt][0] += x0.x;
+          s[nt][1] += x0.y;
+          s[nt][2] += x1.x;
+          s[nt][3] += x1.y;
+        }
+      }
 
-    float mx0 = -INFINITY, mx1 = -INFINITY;
+      float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = nt * 8 + c2 + (e & 1);
-        const bool ok = s_lo + i * kTile + r < s_hi && valid[buf * kTile + r] != 0;
-        s[nt][e] = ok ? s[nt][e] * qk_scale : -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          const int r = nt * 8 + c2 + (e & 1);
+          const bool ok = codes[i * kTile + r] >= 0;
+          s[nt][e] = ok ? s[nt][e] * qk_scale : -INFINITY;
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
       }
-      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
-    const float corr0 = exp2f(m0 - b0), corr1 = exp2f(m1 - b1);
-    m0 = n0;
-    m1 = n1;
-    l0 *= corr0;
-    l1 *= corr1;
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+      const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
+      const float corr0 = exp2f(m0 - b0), corr1 = exp2f(m1 - b1);
+      m0 = n0;
+      m1 = n1;
+      l0 *= corr0;
+      l1 *= corr1;
 #pragma unroll
-    for (int d = 0; d < kW / 8; ++d) {
-      o[d][0] *= corr0;
-      o[d][1] *= corr0;
-      o[d][2] *= corr1;
-      o[d][3] *= corr1;
-    }
+      for (int d = 0; d < kW / 8; ++d) {
+        o[d][0] *= corr0;
+        o[d][1] *= corr0;
+        o[d][2] *= corr1;
+        o[d][3] *= corr1;
+      }
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - b0);
-      s[nt][1] = exp2f(s[nt][1] - b0);
-      s[nt][2] = exp2f(s[nt][2] - b1);
-      s[nt][3] = exp2f(s[nt][3] - b1);
-      l0 += s[nt][0] + s[nt][1];
-      l1 += s[nt][2] + s[nt][3];
-    }
-    // O += P·V over the warp's dims, 16 keys a k-step.
-    const bf16* vrow = tile + ((mat & 1) * 8 + (lane & 7)) * kLd + (mat >> 1) * 8 + ds * kW;
+      for (int nt = 0; nt < 4; ++nt) {
+        s[nt][0] = exp2f(s[nt][0] - b0);
+        s[nt][1] = exp2f(s[nt][1] - b0);
+        s[nt][2] = exp2f(s[nt][2] - b1);
+        s[nt][3] = exp2f(s[nt][3] - b1);
+        l0 += s[nt][0] + s[nt][1];
+        l1 += s[nt][2] + s[nt][3];
+      }
+      // O += P·V over the warp's dims, 16 keys a k-step.
+      const bf16* vrow = tile + ((mat & 1) * 8 + (lane & 7)) * kLd + (mat >> 1) * 8 + ds * kW;
 #pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-      const uint32_t a[4] = {PackBf16(s[2 * ks][0], s[2 * ks][1]),
-                             PackBf16(s[2 * ks][2], s[2 * ks][3]),
-                             PackBf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
-                             PackBf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      for (int ks = 0; ks < 2; ++ks) {
+        const uint32_t a[4] = {PackBf16(s[2 * ks][0], s[2 * ks][1]),
+                               PackBf16(s[2 * ks][2], s[2 * ks][3]),
+                               PackBf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                               PackBf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
 #pragma unroll
-      for (int dp = 0; dp < kW / 16; ++dp) {
-        uint32_t b[4];
-        LdMatrixX4Trans(b, vrow + ks * 16 * kLd + dp * 16);
-        Mma(o[2 * dp], a, b[0], b[1]);
-        Mma(o[2 * dp + 1], a, b[2], b[3]);
+        for (int dp = 0; dp < kW / 16; ++dp) {
+          uint32_t b[4];
+          LdMatrixX4Trans(b, vrow + ks * 16 * kLd + dp * 16);
+          Mma(o[2 * dp], a, b[0], b[1]);
+          Mma(o[2 * dp + 1], a, b[2], b[3]);
+        }
       }
     }
+    CpAsyncWait<0>();
   }
-  CpAsyncWait<0>();
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
@@ -632,15 +644,15 @@ int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
   const int64_t elem = p.q_dtype == DType::kF32 ? 4 : 2;
   dv.q_vec = Aligned16(p.q) && (p.q_stride * elem) % 16 == 0;
 
-  // Splits: about two waves of CTAs (the tensor-core kernel fits one CTA an SM), each with at
-  // least a couple of tiles of keys.
+  // Splits: as many as keep the CTAs within one wave (the tensor-core kernel fits one CTA an SM;
+  // a second, partial wave would double the time), each with at least a couple of tiles of keys.
   const int64_t head_groups = (p.num_heads + TcConfig<64>::kHeads - 1) / TcConfig<64>::kHeads;
   const int64_t ctas = p.num_tokens * (tc ? head_groups : p.num_heads);
   if (p.workspace != nullptr && p.max_splits > 1) {
     const int64_t sms = Multiprocessors();
     const int64_t target = tc ? sms : 4 * sms;
     const int64_t min_keys = tc ? 64 : 128;
-    int64_t splits = (target + ctas - 1) / ctas;
+    int64_t splits = target / ctas;
     splits = std::min({splits, std::min<int64_t>(p.max_splits, kMaxSplits),
                        std::max<int64_t>(1, (max_keys + min_keys - 1) / min_keys)});
     dv.splits = static_cast<int>(std::max<int64_t>(splits, 1));

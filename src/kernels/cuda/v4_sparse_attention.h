@@ -16,8 +16,9 @@
 // Two attention kernels, chosen by dtype and shape:
 //  - Tensor cores (window and compressed planes bf16, head_dim 64, 128, 256 or 512): a CTA
 //    of 16 warps takes one token, 64 query heads (more heads: more CTAs) and one split of its key
-//    list; warp (m, d) owns heads 16m..16m+15 and dims [d·D/4, (d+1)·D/4). Tiles of 32 key rows
-//    are gathered with cp.async (3 stages) and each row is read once for all 64 heads. S = Q·Kᵀ
+//    list; warp (m, d) owns heads 16m..16m+15 and dims [d·D/4, (d+1)·D/4). The rows of up to 512
+//    keys at a time are looked up into shared memory, then tiles of 32 rows are gathered with
+//    cp.async (3 stages) and each row is read once for all 64 heads. S = Q·Kᵀ
 //    (mma.sync m16n8k16 bf16, f32 accumulation) is summed over the 4 dim quarters through shared
 //    memory, the softmax is f32 (online), O += P·V with P rounded to bf16. Queries are rounded to
 //    bf16 (f32 q too), so results carry bf16-class error (~1e-2 relative at worst).
