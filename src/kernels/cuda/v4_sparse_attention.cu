@@ -12,7 +12,10 @@
 // warps of a head tile hold bit-identical scores and softmax states. P (bf16) times the tile's
 // rows, in the warp's dim quarter, accumulates into its O (16 × D/4 f32 in registers). The mma
 // fragment layout gives each thread adjacent dims (2i, 2i + 1): the rotary pairs.
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "kernels/cuda/mma.cuh"
@@ -25,6 +28,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMaxSplits = 64;
 constexpr int kMaxHeadDim = 1024;
+// Splits of the tensor-core kernel merged inside a thread-block cluster (portable cluster size).
+constexpr int kMaxClusterSplits = 8;
+// Key codes besides rows: a masked key, and (fused write) the token's own key, read from kv.
+constexpr int64_t kMasked = -1, kOwnKey = -2;
 
 // What the launcher derives from the params (passed with them).
 struct Derived {
@@ -32,6 +39,9 @@ struct Derived {
   int64_t cmax = 0, cbs = 0;
   int splits = 1;
   bool q_vec = false;  // q rows may be read 16 bytes at a time
+  // One token a sequence: the tensor-core kernel writes the window keys itself (split 0 of head
+  // group 0) and reads each token's own key from kv, so no separate write kernel runs.
+  bool fuse_write = false;
 };
 
 // A token's key list (see the header comment).
@@ -61,8 +71,8 @@ struct KeyList {
   __device__ __forceinline__ int64_t Code(const V4SparseAttentionParams& p, const Derived& dv,
                                           int k) const {
     if (k < nw) {
-      const int64_t j = lo + k;
-      return (static_cast<int64_t>(table[j / p.block_size]) * p.block_size + j % p.block_size) << 1;
+      const int j = lo + k, bs = static_cast<int>(p.block_size);  // positions are int32
+      return (static_cast<int64_t>(table[j / bs]) * bs + j % bs) << 1;
     }
     const int c = k - nw;
     const int64_t w = sel != nullptr ? sel[c] : c;
@@ -141,10 +151,9 @@ __device__ __forceinline__ float LoadElem(const void* base, DType dtype, int64_t
 }
 
 // ---- 1. The step's keys into the window plane. ----
-__global__ void WriteWindowKernel(V4SparseAttentionParams p) {
-  WaitForPrerequisites();
-  const int64_t t = blockIdx.x;
-  const int64_t pos = p.positions[t];
+// Token t's key into its window slot, by the CTA's threads.
+__device__ __forceinline__ void StoreWindowKey(const V4SparseAttentionParams& p, int64_t t,
+                                               int64_t pos) {
   const int32_t* table =
       p.block_tables + static_cast<int64_t>(p.token_seq[t]) * p.max_blocks_per_seq;
   const int64_t slot =
@@ -157,6 +166,12 @@ __global__ void WriteWindowKernel(V4SparseAttentionParams p) {
       static_cast<bf16*>(p.window_kv)[slot * p.head_dim + d] = __float2bfloat16_rn(src[d]);
     }
   }
+}
+
+__global__ void WriteWindowKernel(V4SparseAttentionParams p) {
+  WaitForPrerequisites();
+  const int64_t t = blockIdx.x;
+  StoreWindowKey(p, t, p.positions[t]);
 }
 
 // ---- 2a. Tensor cores: bf16 planes, head_dim 64, 128, 256 or 512. ----
@@ -175,9 +190,17 @@ struct TcConfig {
   // Rows of a round of keys, resolved before its tiles are gathered.
   static constexpr int kRound = 512;
   static constexpr int kSmem = kQBytes + kStages * kTileBytes + kSxBytes + kRound * 8;
+  // Cluster merge: the split's normalised output [kHeads, kOLd] f32 over Q and the tiles, its
+  // (max, sum) per head over the partial S, the merge weights over the codes.
+  static constexpr int kOLd = D + 8;
+  static_assert(kHeads * kOLd * 4 <= kQBytes + kStages * kTileBytes);
+  static_assert(kHeads * 2 * 4 <= kSxBytes);
+  static_assert(kHeads * kMaxClusterSplits * 4 <= kRound * 8);
 };
 
-template <int D>
+// kCluster: the grid's splits of a (token, head group) form one cluster (dv.splits CTAs) and are
+// merged through distributed shared memory at the end (no workspace, no merge kernel).
+template <int D, bool kCluster>
 __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     TcKernel(V4SparseAttentionParams p, Derived dv) {
   using C = TcConfig<D>;
@@ -201,6 +224,7 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   const KeyList keys(p, dv, t, pos);
   int s_lo, s_hi;
   SplitRange(keys.total, dv.splits, split, kTile, &s_lo, &s_hi);
+  if (dv.fuse_write && split == 0 && blockIdx.z == 0) StoreWindowKey(p, t, pos);
 
   // Tile i of the round: rows codes[i * kTile ...].
   auto load_tile = [&](int i, int buf) {
@@ -208,6 +232,16 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     for (int c = tid; c < kTile * (D / 8); c += C::kThreads) {
       const int r = c / (D / 8), cc = c % (D / 8);
       const int64_t code = codes[i * kTile + r];
+      if (code == kOwnKey) {  // the token's own key, rounded as the plane stores it
+        const float* src = p.kv + t * p.kv_stride + cc * 8;
+        uint4 w;
+        w.x = PackBf16(src[0], src[1]);
+        w.y = PackBf16(src[2], src[3]);
+        w.z = PackBf16(src[4], src[5]);
+        w.w = PackBf16(src[6], src[7]);
+        *reinterpret_cast<uint4*>(dst_tile + r * kLd + cc * 8) = w;
+        continue;
+      }
       const bool fill = code >= 0;
       const bf16* src = static_cast<const bf16*>(p.window_kv);
       if (fill) {
@@ -219,40 +253,43 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     }
   };
 
-  // Q of the CTA's heads as bf16 (rows past the heads are zero).
-  for (int c = tid; c < C::kHeads * (D / 8); c += C::kThreads) {
-    const int r = c / (D / 8), cc = c % (D / 8);
-    float v[8] = {};
-    if (r < nh) {
-      const int64_t e = t * p.q_stride + (h_base + r) * D + cc * 8;
-      if (p.q_dtype == DType::kF32) {
-        const float* src = static_cast<const float*>(p.q) + e;
-        if (dv.q_vec) {
-          const float4 a = *reinterpret_cast<const float4*>(src);
-          const float4 b = *reinterpret_cast<const float4*>(src + 4);
-          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-          v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  // Q of the CTA's heads as bf16 (rows past the heads are zero); staged once the first tiles'
+  // gathers are in flight.
+  auto stage_q = [&]() {
+    for (int c = tid; c < C::kHeads * (D / 8); c += C::kThreads) {
+      const int r = c / (D / 8), cc = c % (D / 8);
+      float v[8] = {};
+      if (r < nh) {
+        const int64_t e = t * p.q_stride + (h_base + r) * D + cc * 8;
+        if (p.q_dtype == DType::kF32) {
+          const float* src = static_cast<const float*>(p.q) + e;
+          if (dv.q_vec) {
+            const float4 a = *reinterpret_cast<const float4*>(src);
+            const float4 b = *reinterpret_cast<const float4*>(src + 4);
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+            v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+          } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[j] = src[j];
+          }
         } else {
+          const bf16* src = static_cast<const bf16*>(p.q) + e;
+          if (dv.q_vec) {
+            *reinterpret_cast<uint4*>(sq + r * kLd + cc * 8) = *reinterpret_cast<const uint4*>(src);
+            continue;
+          }
 #pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = src[j];
+          for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(src[j]);
         }
-      } else {
-        const bf16* src = static_cast<const bf16*>(p.q) + e;
-        if (dv.q_vec) {
-          *reinterpret_cast<uint4*>(sq + r * kLd + cc * 8) = *reinterpret_cast<const uint4*>(src);
-          continue;
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(src[j]);
       }
+      uint4 w;
+      w.x = PackBf16(v[0], v[1]);
+      w.y = PackBf16(v[2], v[3]);
+      w.z = PackBf16(v[4], v[5]);
+      w.w = PackBf16(v[6], v[7]);
+      *reinterpret_cast<uint4*>(sq + r * kLd + cc * 8) = w;
     }
-    uint4 w;
-    w.x = PackBf16(v[0], v[1]);
-    w.y = PackBf16(v[2], v[3]);
-    w.z = PackBf16(v[4], v[5]);
-    w.w = PackBf16(v[6], v[7]);
-    *reinterpret_cast<uint4*>(sq + r * kLd + cc * 8) = w;
-  }
+  };
 
   float o[kW / 8][4];
 #pragma unroll
@@ -269,7 +306,10 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
     __syncthreads();  // the previous round's tiles, partial S and codes are consumed
     for (int k = tid; k < C::kRound; k += C::kThreads) {
-      codes[k] = r0 + k < r_hi ? keys.Code(p, dv, r0 + k) : -1;
+      const int key = r0 + k;
+      int64_t code = kMasked;
+      if (key < r_hi) code = dv.fuse_write && key == keys.nw - 1 ? kOwnKey : keys.Code(p, dv, key);
+      codes[k] = code;
     }
     __syncthreads();
 #pragma unroll
@@ -277,6 +317,7 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
       if (s < num_tiles) load_tile(s, s);
       CpAsyncCommit();
     }
+    if (r0 == s_lo) stage_q();  // visible after the first tile's barrier
     for (int i = 0; i < num_tiles; ++i) {
       CpAsyncWait<kStages - 2>();
       __syncthreads();  // tile i landed; tile i - 1's buffer and the partial S are free
@@ -334,7 +375,7 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = nt * 8 + c2 + (e & 1);
-          const bool ok = codes[i * kTile + r] >= 0;
+          const bool ok = codes[i * kTile + r] != kMasked;
           s[nt][e] = ok ? s[nt][e] * qk_scale : -INFINITY;
         }
         mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
@@ -394,32 +435,91 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   const float mr[2] = {m0 == -INFINITY ? -INFINITY : m0 * kLn2,
                        m1 == -INFINITY ? -INFINITY : m1 * kLn2};
   const float lr[2] = {l0, l1};
+  if constexpr (kCluster) {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    constexpr int kOLd = C::kOLd;
+    float* so = reinterpret_cast<float*>(smem_raw);  // [kHeads, kOLd]: this split's output
+    float* sstat = sx;                               // [kHeads, 2]: its (max, sum)
+    float* wt = reinterpret_cast<float*>(codes);     // [heads of this CTA, kMaxClusterSplits]
+    __syncthreads();  // every warp is done with Q, the tiles and the partial S
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int r = mt * 16 + g + 8 * e;
-    if (r >= nh) continue;
-    const int64_t head = h_base + r;
-    if (dv.splits == 1) {
-      const float f = FinalFactor(p, head, mr[e], lr[e]);
-#pragma unroll
-      for (int d = 0; d < kW / 8; ++d) {
-        const int dim = ds * kW + d * 8 + c2;
-        float v0 = o[d][2 * e] * f, v1 = o[d][2 * e + 1] * f;
-        InverseRope(p, pos, dim, v0, v1);
-        StorePair(p, t, head, dim, v0, v1, true);
-      }
-    } else {
+    for (int e = 0; e < 2; ++e) {
+      const int r = mt * 16 + g + 8 * e;
       const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
-      float* dst = SplitOut(p, dv.splits, t, head, split);
 #pragma unroll
       for (int d = 0; d < kW / 8; ++d) {
         const int dim = ds * kW + d * 8 + c2;
-        *reinterpret_cast<float2*>(dst + dim) = make_float2(o[d][2 * e] * f, o[d][2 * e + 1] * f);
+        *reinterpret_cast<float2*>(so + r * kOLd + dim) =
+            make_float2(o[d][2 * e] * f, o[d][2 * e + 1] * f);
       }
       if (ds == 0 && (lane & 3) == 0) {
-        float* st = SplitStats(p, dv.splits, t, head, split);
-        st[0] = mr[e];
-        st[1] = lr[e];
+        sstat[2 * r] = mr[e];
+        sstat[2 * r + 1] = lr[e];
+      }
+    }
+    cluster.sync();  // every split's output and stats are in its shared memory
+    // This CTA merges heads rank, rank + S, ... as MergeKernel does (same order, same weights).
+    const int S = dv.splits, rank = static_cast<int>(cluster.block_rank());
+    const int mine = rank < nh ? (nh - rank + S - 1) / S : 0;
+    if (tid < mine) {
+      const int r = rank + tid * S;
+      float mx = -INFINITY;
+      for (int s = 0; s < S; ++s) mx = fmaxf(mx, cluster.map_shared_rank(sstat, s)[2 * r]);
+      float sum = 0.0f;
+      for (int s = 0; s < S; ++s) {
+        const float* st = cluster.map_shared_rank(sstat, s) + 2 * r;
+        const float w = st[0] == -INFINITY ? 0.0f : st[1] * expf(st[0] - mx);
+        wt[tid * kMaxClusterSplits + s] = w;
+        sum += w;
+      }
+      const float f = FinalFactor(p, h_base + r, mx, sum);
+      for (int s = 0; s < S; ++s) wt[tid * kMaxClusterSplits + s] *= f;
+    }
+    __syncthreads();
+    for (int item = tid; item < mine * (D / 2); item += C::kThreads) {
+      const int lh = item / (D / 2), d0 = (item % (D / 2)) * 2;
+      const int r = rank + lh * S;
+      float v0 = 0.0f, v1 = 0.0f;
+      for (int s = 0; s < S; ++s) {
+        const float w = wt[lh * kMaxClusterSplits + s];
+        const float2 x =
+            *reinterpret_cast<const float2*>(cluster.map_shared_rank(so, s) + r * kOLd + d0);
+        v0 += w * x.x;
+        v1 += w * x.y;
+      }
+      InverseRope(p, pos, d0, v0, v1);
+      StorePair(p, t, h_base + r, d0, v0, v1, true);
+    }
+    cluster.sync();  // the peers' shared memory stays until every CTA has read it
+  } else {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = mt * 16 + g + 8 * e;
+      if (r >= nh) continue;
+      const int64_t head = h_base + r;
+      if (dv.splits == 1) {
+        const float f = FinalFactor(p, head, mr[e], lr[e]);
+#pragma unroll
+        for (int d = 0; d < kW / 8; ++d) {
+          const int dim = ds * kW + d * 8 + c2;
+          float v0 = o[d][2 * e] * f, v1 = o[d][2 * e + 1] * f;
+          InverseRope(p, pos, dim, v0, v1);
+          StorePair(p, t, head, dim, v0, v1, true);
+        }
+      } else {
+        const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
+        float* dst = SplitOut(p, dv.splits, t, head, split);
+#pragma unroll
+        for (int d = 0; d < kW / 8; ++d) {
+          const int dim = ds * kW + d * 8 + c2;
+          *reinterpret_cast<float2*>(dst + dim) = make_float2(o[d][2 * e] * f, o[d][2 * e + 1] * f);
+        }
+        if (ds == 0 && (lane & 3) == 0) {
+          float* st = SplitStats(p, dv.splits, t, head, split);
+          st[0] = mr[e];
+          st[1] = lr[e];
+        }
       }
     }
   }
@@ -576,14 +676,95 @@ int Multiprocessors() {
   return n;
 }
 
-template <int D>
+template <int D, bool kCluster>
+cudaError_t SetTcSmem() {
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      TcKernel<D, kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize, TcConfig<D>::kSmem);
+  return attr;
+}
+
+// The tensor-core kernel as a programmatic dependent; with kCluster, clusters of (1, grid.y, 1).
+template <int D, bool kCluster>
 cudaError_t LaunchTc(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
                      cudaStream_t stream) {
   using C = TcConfig<D>;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(TcKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  const cudaError_t attr = SetTcSmem<D, kCluster>();
   if (attr != cudaSuccess) return attr;
-  return LaunchDependent(TcKernel<D>, grid, dim3(C::kThreads), C::kSmem, stream, p, dv);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(C::kThreads);
+  cfg.dynamicSmemBytes = C::kSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = 1;
+  attrs[1].val.clusterDim.y = grid.y;
+  attrs[1].val.clusterDim.z = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = kCluster ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, TcKernel<D, kCluster>, p, dv);
+}
+
+// Whether clusters of `splits` CTAs of the tensor-core kernel can be resident (asked once for
+// each size; no stream work).
+template <int D>
+bool ClusterFits(int splits) {
+  static std::atomic<int> known[kMaxClusterSplits + 1];  // 0 unknown, 1 fits, 2 does not
+  if (splits < 2 || splits > kMaxClusterSplits) return false;
+  int k = known[splits].load(std::memory_order_relaxed);
+  if (k == 0) {
+    using C = TcConfig<D>;
+    int clusters = 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, static_cast<unsigned>(splits), 1);
+    cfg.blockDim = dim3(C::kThreads);
+    cfg.dynamicSmemBytes = C::kSmem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const bool ok =
+        SetTcSmem<D, true>() == cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&clusters, TcKernel<D, true>, &cfg) == cudaSuccess &&
+        clusters > 0;
+    if (!ok) (void)cudaGetLastError();  // a failed query is not the stream's error
+    k = ok ? 1 : 2;
+    known[splits].store(k, std::memory_order_relaxed);
+  }
+  return k == 1;
+}
+
+template <bool kCluster>
+cudaError_t LaunchTcDim(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
+                        cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64:
+      return LaunchTc<64, kCluster>(p, dv, grid, stream);
+    case 128:
+      return LaunchTc<128, kCluster>(p, dv, grid, stream);
+    case 256:
+      return LaunchTc<256, kCluster>(p, dv, grid, stream);
+    default:
+      return LaunchTc<512, kCluster>(p, dv, grid, stream);
+  }
+}
+
+bool ClusterFitsDim(int64_t head_dim, int splits) {
+  switch (head_dim) {
+    case 64:
+      return ClusterFits<64>(splits);
+    case 128:
+      return ClusterFits<128>(splits);
+    case 256:
+      return ClusterFits<256>(splits);
+    default:
+      return ClusterFits<512>(splits);
+  }
 }
 
 }  // namespace
@@ -646,6 +827,7 @@ int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
 
   // Splits: as many as keep the CTAs within one wave (the tensor-core kernel fits one CTA an SM;
   // a second, partial wave would double the time), each with at least a couple of tiles of keys.
+  // The tensor-core kernel merges up to kMaxClusterSplits splits inside a cluster.
   const int64_t head_groups = (p.num_heads + TcConfig<64>::kHeads - 1) / TcConfig<64>::kHeads;
   const int64_t ctas = p.num_tokens * (tc ? head_groups : p.num_heads);
   if (p.workspace != nullptr && p.max_splits > 1) {
@@ -657,27 +839,32 @@ int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
                        std::max<int64_t>(1, (max_keys + min_keys - 1) / min_keys)});
     dv.splits = static_cast<int>(std::max<int64_t>(splits, 1));
   }
+  bool cluster = false;
+  if (tc && dv.splits > 1) {
+    const int s = std::min(dv.splits, kMaxClusterSplits);
+    if (ClusterFitsDim(D, s)) {
+      dv.splits = s;
+      cluster = true;
+    }
+  }
+  // One token a sequence (decode): the tensor-core kernel writes the window keys itself.
+  dv.fuse_write = tc && p.num_tokens == p.num_seqs;
 
-  cudaError_t err = LaunchDependent(WriteWindowKernel, dim3(static_cast<unsigned>(p.num_tokens)),
-                                    dim3(128), 0, stream, p);
-  if (err != cudaSuccess) return err;
+  cudaError_t err = cudaSuccess;
+  if (!dv.fuse_write) {
+    err = LaunchDependent(WriteWindowKernel, dim3(static_cast<unsigned>(p.num_tokens)), dim3(128),
+                          0, stream, p);
+    if (err != cudaSuccess) return err;
+  }
   if (tc) {
     const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(dv.splits),
                     static_cast<unsigned>(head_groups));
-    switch (D) {
-      case 64:
-        err = LaunchTc<64>(p, dv, grid, stream);
-        break;
-      case 128:
-        err = LaunchTc<128>(p, dv, grid, stream);
-        break;
-      case 256:
-        err = LaunchTc<256>(p, dv, grid, stream);
-        break;
-      default:
-        err = LaunchTc<512>(p, dv, grid, stream);
-        break;
+    if (cluster) {
+      err = LaunchTcDim<true>(p, dv, grid, stream);
+      if (err == cudaSuccess) return err;
+      (void)cudaGetLastError();  // not launched: the workspace and the merge kernel instead
     }
+    err = LaunchTcDim<false>(p, dv, grid, stream);
   } else {
     const dim3 grid(static_cast<unsigned>(p.num_tokens * p.num_heads),
                     static_cast<unsigned>(dv.splits));
