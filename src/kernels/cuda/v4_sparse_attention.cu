@@ -170,6 +170,7 @@ __device__ __forceinline__ void StoreWindowKey(const V4SparseAttentionParams& p,
 
 __global__ void WriteWindowKernel(V4SparseAttentionParams p) {
   WaitForPrerequisites();
+  AllowDependents();  // the next kernel may launch (it waits for this one to finish)
   const int64_t t = blockIdx.x;
   StoreWindowKey(p, t, p.positions[t]);
 }
@@ -211,6 +212,7 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   float* sx = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(tiles) + kStages * C::kTileBytes);
   int64_t* codes = reinterpret_cast<int64_t*>(reinterpret_cast<uint8_t*>(sx) + C::kSxBytes);
   WaitForPrerequisites();
+  AllowDependents();  // the next kernel may launch (it waits for this one to finish)
 
   const int64_t t = blockIdx.x;
   const int split = blockIdx.y;
@@ -224,7 +226,9 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   const KeyList keys(p, dv, t, pos);
   int s_lo, s_hi;
   SplitRange(keys.total, dv.splits, split, kTile, &s_lo, &s_hi);
-  if (dv.fuse_write && split == 0 && blockIdx.z == 0) StoreWindowKey(p, t, pos);
+  // Fused write: split 0 of head group 0 stores the token's key (no CTA of this launch reads it
+  // from the plane), once its first tiles are in flight.
+  const bool writer = dv.fuse_write && split == 0 && blockIdx.z == 0;
 
   // Tile i of the round: rows codes[i * kTile ...].
   auto load_tile = [&](int i, int buf) {
@@ -317,7 +321,10 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
       if (s < num_tiles) load_tile(s, s);
       CpAsyncCommit();
     }
-    if (r0 == s_lo) stage_q();  // visible after the first tile's barrier
+    if (r0 == s_lo) {
+      stage_q();  // visible after the first tile's barrier
+      if (writer) StoreWindowKey(p, t, pos);
+    }
     for (int i = 0; i < num_tiles; ++i) {
       CpAsyncWait<kStages - 2>();
       __syncthreads();  // tile i landed; tile i - 1's buffer and the partial S are free
@@ -427,6 +434,7 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     }
     CpAsyncWait<0>();
   }
+  if (writer && s_lo >= s_hi) StoreWindowKey(p, t, pos);  // an empty key list
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
@@ -535,6 +543,7 @@ __global__ void __launch_bounds__(kF32Threads) F32Kernel(V4SparseAttentionParams
   __shared__ float sc[kF32Chunk];
   __shared__ int64_t codes[kF32Chunk];
   WaitForPrerequisites();
+  AllowDependents();  // the next kernel may launch (it waits for this one to finish)
   const int64_t t = blockIdx.x / p.num_heads, head = blockIdx.x % p.num_heads;
   const int split = blockIdx.y;
   const int D = static_cast<int>(p.head_dim);
@@ -635,6 +644,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     MergeKernel(V4SparseAttentionParams p, Derived dv) {
   __shared__ float weight[kMaxSplits];
   WaitForPrerequisites();
+  AllowDependents();  // the next kernel may launch (it waits for this one to finish)
   const int64_t t = blockIdx.x / p.num_heads, head = blockIdx.x % p.num_heads;
   const int splits = dv.splits, D = static_cast<int>(p.head_dim);
   if (threadIdx.x == 0) {
