@@ -406,7 +406,8 @@ TEST(V4SparseAttentionParamsTest, RejectsInvalid) {
 }
 
 // Decode timings at V4 shapes: window 128 + 512 selected entries (rate 4), and window 128 + all
-// 512 entries of a 64K context (rate 128); 1 and 64 tokens, each its own sequence.
+// 512 entries of a 64K context (rate 128); 1 and 64 tokens, each its own sequence; no splits, 8
+// (the GPU runner's) and 16. Each configuration is also replayed from a CUDA graph.
 TEST(V4SparseAttentionTiming, V4Decode) {
   SKIP_WITHOUT_GPU();
   constexpr int64_t kHeads = 64, kDim = 512, kRot = 64, kBlock = 64, kWindow = 128;
@@ -420,7 +421,12 @@ TEST(V4SparseAttentionTiming, V4Decode) {
     const int64_t max_blocks = pos / kBlock + 1, cmax = pos / cbs + 1;
     for (const int64_t tokens : {int64_t{1}, int64_t{64}}) {
       std::vector<int32_t> tables(tokens * max_blocks), ctables(tokens * cmax);
-      for (auto& b : tables) b = static_cast<int32_t>(rng() % kPhysBlocks);
+      // Each token's own block (the one its key is written to) is its alone, so that the output
+      // does not depend on the order of the writes (the graph replay below compares bits).
+      for (auto& b : tables) b = static_cast<int32_t>(tokens + rng() % (kPhysBlocks - tokens));
+      for (int64_t t = 0; t < tokens; ++t) {
+        tables[t * max_blocks + pos / kBlock] = static_cast<int32_t>(t);
+      }
       for (auto& b : ctables) b = static_cast<int32_t>(rng() % kPhysBlocks);
       std::vector<int32_t> seq(tokens), positions(tokens, pos), selected(tokens * 512);
       std::iota(seq.begin(), seq.end(), 0);
@@ -496,6 +502,20 @@ TEST(V4SparseAttentionTiming, V4Decode) {
                     static_cast<long>(tokens), static_cast<long>(splits), us, bytes / us * 1e-3);
         const auto out = Download(d_out, tokens * kHeads * kDim, DType::kBF16);
         for (const float v : out) ASSERT_TRUE(std::isfinite(v));
+        // Captured in a CUDA graph and replayed twice, the op gives the eager output bit for bit
+        // (the keys it writes are those already in the plane, so aliased tables read the same).
+        auto d_out_graph = Poisoned(tokens * kHeads * kDim, DType::kBF16);
+        kc::V4SparseAttentionParams pg = p;
+        pg.out = d_out_graph.data();
+        ASSERT_TRUE(cuda::Graph::BeginCapture(*stream).ok());
+        const int captured = kc::V4SparseAttention(pg, stream->get());
+        auto graph = cuda::Graph::EndCapture(*stream);
+        ASSERT_CUDA_OK(captured);
+        ASSERT_TRUE(graph.ok());
+        for (int i = 0; i < 2; ++i) ASSERT_TRUE(graph->Launch(*stream).ok());
+        ASSERT_TRUE(stream->Synchronize().ok());
+        EXPECT_TRUE(Download(d_out_graph, tokens * kHeads * kDim, DType::kBF16) == out)
+            << "graph replay differs from the eager launch";
       }
     }
   }
