@@ -257,55 +257,61 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     }
   };
 
-  // Q of the CTA's heads as bf16 (rows past the heads are zero); staged once the first tiles'
-  // gathers are in flight.
-  auto stage_q = [&]() {
-    for (int c = tid; c < C::kHeads * (D / 8); c += C::kThreads) {
-      const int r = c / (D / 8), cc = c % (D / 8);
-      float v[8] = {};
-      if (r < nh) {
-        const int64_t e = t * p.q_stride + (h_base + r) * D + cc * 8;
-        if (p.q_dtype == DType::kF32) {
-          const float* src = static_cast<const float*>(p.q) + e;
-          if (dv.q_vec) {
-            const float4 a = *reinterpret_cast<const float4*>(src);
-            const float4 b = *reinterpret_cast<const float4*>(src + 4);
-            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-            v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-          } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) v[j] = src[j];
-          }
+  // Q of the CTA's heads as bf16 (rows past the heads are zero), staged once the first tiles'
+  // gathers are in flight. Chunk c (8 dims) of Q's rows as packed bf16 (zero past the heads).
+  auto load_q = [&](int c) -> uint4 {
+    const int r = c / (D / 8), cc = c % (D / 8);
+    float v[8] = {};
+    if (r < nh) {
+      const int64_t e = t * p.q_stride + (h_base + r) * D + cc * 8;
+      if (p.q_dtype == DType::kF32) {
+        const float* src = static_cast<const float*>(p.q) + e;
+        if (dv.q_vec) {
+          const float4 a = *reinterpret_cast<const float4*>(src);
+          const float4 b = *reinterpret_cast<const float4*>(src + 4);
+          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+          v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
         } else {
-          const bf16* src = static_cast<const bf16*>(p.q) + e;
-          if (dv.q_vec) {
-            *reinterpret_cast<uint4*>(sq + r * kLd + cc * 8) = *reinterpret_cast<const uint4*>(src);
-            continue;
-          }
 #pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(src[j]);
+          for (int j = 0; j < 8; ++j) v[j] = src[j];
         }
+      } else {
+        const bf16* src = static_cast<const bf16*>(p.q) + e;
+        if (dv.q_vec) return *reinterpret_cast<const uint4*>(src);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(src[j]);
       }
-      uint4 w;
-      w.x = PackBf16(v[0], v[1]);
-      w.y = PackBf16(v[2], v[3]);
-      w.z = PackBf16(v[4], v[5]);
-      w.w = PackBf16(v[6], v[7]);
-      *reinterpret_cast<uint4*>(sq + r * kLd + cc * 8) = w;
+    }
+    uint4 w;
+    w.x = PackBf16(v[0], v[1]);
+    w.y = PackBf16(v[2], v[3]);
+    w.z = PackBf16(v[4], v[5]);
+    w.w = PackBf16(v[6], v[7]);
+    return w;
+  };
+  // All of Q, kBatch chunks a thread at a time: their loads are in flight together (no shared
+  // store between them).
+  auto stage_q = [&]() {
+    constexpr int kPer = C::kHeads * (D / 8) / C::kThreads;
+    constexpr int kBatch = kPer < 4 ? kPer : 4;
+    static_assert(kPer * C::kThreads == C::kHeads * (D / 8) && kPer % kBatch == 0);
+#pragma unroll
+    for (int j0 = 0; j0 < kPer; j0 += kBatch) {
+      uint4 w[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) w[j] = load_q(tid + (j0 + j) * C::kThreads);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int c = tid + (j0 + j) * C::kThreads;
+        *reinterpret_cast<uint4*>(sq + (c / (D / 8)) * kLd + (c % (D / 8)) * 8) = w[j];
+      }
     }
   };
 
-  float o[kW / 8][4];
-#pragma unroll
-  for (int i = 0; i < kW / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  const float qk_scale = p.scale * kLog2e;
-  const bf16* qrow = sq + (mt * 16 + (lane & 15)) * kLd + ds * kW + (lane >> 4) * 8;
-  float* sx_own = sx + warp * 16 * C::kSxLd;
-
   // Rounds of up to kRound keys: their rows are looked up (selection, block tables) by all threads
-  // at once, so that the tiles' gathers need no global reads of their own.
-  for (int r0 = s_lo; r0 < s_hi; r0 += C::kRound) {
+  // at once, so that the tiles' gathers need no global reads of their own; then the first tiles'
+  // gathers are issued.
+  auto begin_round = [&](int r0) {
     const int r_hi = min(s_hi, r0 + C::kRound);
     const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
     __syncthreads();  // the previous round's tiles, partial S and codes are consumed
@@ -321,10 +327,27 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
       if (s < num_tiles) load_tile(s, s);
       CpAsyncCommit();
     }
-    if (r0 == s_lo) {
-      stage_q();  // visible after the first tile's barrier
-      if (writer) StoreWindowKey(p, t, pos);
-    }
+  };
+  // The first round starts before anything else; Q (visible after the first tile's barrier) and
+  // the fused write while its tiles are in flight.
+  if (s_lo < s_hi) {
+    begin_round(s_lo);
+    stage_q();
+  }
+  if (writer) StoreWindowKey(p, t, pos);
+
+  float o[kW / 8][4];
+#pragma unroll
+  for (int i = 0; i < kW / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  const float qk_scale = p.scale * kLog2e;
+  const bf16* qrow = sq + (mt * 16 + (lane & 15)) * kLd + ds * kW + (lane >> 4) * 8;
+  float* sx_own = sx + warp * 16 * C::kSxLd;
+
+  for (int r0 = s_lo; r0 < s_hi; r0 += C::kRound) {
+    const int r_hi = min(s_hi, r0 + C::kRound);
+    const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
+    if (r0 != s_lo) begin_round(r0);
     for (int i = 0; i < num_tiles; ++i) {
       CpAsyncWait<kStages - 2>();
       __syncthreads();  // tile i landed; tile i - 1's buffer and the partial S are free
@@ -434,7 +457,6 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     }
     CpAsyncWait<0>();
   }
-  if (writer && s_lo >= s_hi) StoreWindowKey(p, t, pos);  // an empty key list
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
