@@ -12,6 +12,13 @@
 // warps of a head tile hold bit-identical scores and softmax states. P (bf16) times the tile's
 // rows, in the warp's dim quarter, accumulates into its O (16 × D/4 f32 in registers). The mma
 // fragment layout gives each thread adjacent dims (2i, 2i + 1): the rotary pairs.
+//
+// A CTA's critical path at decode: the first round's row lookup (one key a thread), its first
+// tiles' cp.async, then Q and (fused write) the token's key while those are in flight. Split
+// CTAs of one (token, head group) launched as a cluster end by storing their normalised partial
+// O and (max, sum) in their own shared memory; after a cluster barrier CTA `rank` merges heads
+// rank, rank + S, ... reading every split's partials through distributed shared memory in split
+// order, then a second barrier keeps the shared memory alive until all have read it.
 #include <cooperative_groups.h>
 
 #include <algorithm>
