@@ -499,16 +499,29 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     // This CTA merges heads rank, rank + S, ... as MergeKernel does (same order, same weights).
     const int S = dv.splits, rank = static_cast<int>(cluster.block_rank());
     const int mine = rank < nh ? (nh - rank + S - 1) / S : 0;
+    // (The loops over splits are unrolled to kMaxClusterSplits so that the remote reads of all
+    // splits are in flight together.)
     if (tid < mine) {
       const int r = rank + tid * S;
+      float2 st[kMaxClusterSplits];
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S)
+          st[s] = *reinterpret_cast<const float2*>(cluster.map_shared_rank(sstat, s) + 2 * r);
+      }
       float mx = -INFINITY;
-      for (int s = 0; s < S; ++s) mx = fmaxf(mx, cluster.map_shared_rank(sstat, s)[2 * r]);
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) mx = fmaxf(mx, st[s].x);
+      }
       float sum = 0.0f;
-      for (int s = 0; s < S; ++s) {
-        const float* st = cluster.map_shared_rank(sstat, s) + 2 * r;
-        const float w = st[0] == -INFINITY ? 0.0f : st[1] * expf(st[0] - mx);
-        wt[tid * kMaxClusterSplits + s] = w;
-        sum += w;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          const float w = st[s].x == -INFINITY ? 0.0f : st[s].y * expf(st[s].x - mx);
+          wt[tid * kMaxClusterSplits + s] = w;
+          sum += w;
+        }
       }
       const float f = FinalFactor(p, h_base + r, mx, sum);
       for (int s = 0; s < S; ++s) wt[tid * kMaxClusterSplits + s] *= f;
@@ -517,13 +530,21 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     for (int item = tid; item < mine * (D / 2); item += C::kThreads) {
       const int lh = item / (D / 2), d0 = (item % (D / 2)) * 2;
       const int r = rank + lh * S;
+      float2 x[kMaxClusterSplits];
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          x[s] = *reinterpret_cast<const float2*>(cluster.map_shared_rank(so, s) + r * kOLd + d0);
+        }
+      }
       float v0 = 0.0f, v1 = 0.0f;
-      for (int s = 0; s < S; ++s) {
-        const float w = wt[lh * kMaxClusterSplits + s];
-        const float2 x =
-            *reinterpret_cast<const float2*>(cluster.map_shared_rank(so, s) + r * kOLd + d0);
-        v0 += w * x.x;
-        v1 += w * x.y;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          const float w = wt[lh * kMaxClusterSplits + s];
+          v0 += w * x[s].x;
+          v1 += w * x[s].y;
+        }
       }
       InverseRope(p, pos, d0, v0, v1);
       StorePair(p, t, h_base + r, d0, v0, v1, true);
