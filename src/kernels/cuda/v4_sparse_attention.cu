@@ -901,10 +901,12 @@ int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
   }
   bool cluster = false;
   if (tc && dv.splits > 1) {
-    const int s = std::min(dv.splits, kMaxClusterSplits);
-    if (ClusterFitsDim(D, s)) {
-      dv.splits = s;
-      cluster = true;
+    // The most splits up to kMaxClusterSplits whose clusters fit (all of them on an H200).
+    for (int s = std::min(dv.splits, kMaxClusterSplits); s >= 2 && !cluster; --s) {
+      if (ClusterFitsDim(D, s)) {
+        dv.splits = s;
+        cluster = true;
+      }
     }
   }
   // One token a sequence (decode): the tensor-core kernel writes the window keys itself.
