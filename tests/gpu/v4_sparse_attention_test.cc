@@ -502,8 +502,7 @@ TEST(V4SparseAttentionTiming, V4Decode) {
                     static_cast<long>(tokens), static_cast<long>(splits), us, bytes / us * 1e-3);
         const auto out = Download(d_out, tokens * kHeads * kDim, DType::kBF16);
         for (const float v : out) ASSERT_TRUE(std::isfinite(v));
-        // Captured in a CUDA graph and replayed twice, the op gives the eager output bit for bit
-        // (the keys it writes are those already in the plane, so aliased tables read the same).
+        // Captured in a CUDA graph and replayed twice, the op gives the eager output bit for bit.
         auto d_out_graph = Poisoned(tokens * kHeads * kDim, DType::kBF16);
         kc::V4SparseAttentionParams pg = p;
         pg.out = d_out_graph.data();
