@@ -143,22 +143,22 @@ Status GemmRunner::Run(const GemmParams& p, void* stream, GemmImpl impl) {
       (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16)) {
     return Unimplemented("GEMM of {} -> {}", DTypeName(p.in_dtype), DTypeName(p.out_dtype));
   }
-  if (p.group_n > 0) {
-    if (p.n % p.group_n != 0) {
-      return InvalidArgument("grouped GEMM: n {} is not a multiple of group_n {}", p.n, p.group_n);
-    }
-    if (impl == GemmImpl::kAuto && p.m <= kGemvFusedMaxRows) {
-      GemvFusedParams staged;
-      staged.gemm = p;
-      if (GemvFusedSupports(staged)) {
-        const int e = GemvFused(staged, stream);
-        if (e != 0) {
-          return Internal("GEMV launch: {}", cudaGetErrorString(static_cast<cudaError_t>(e)));
-        }
-        return OkStatus();
+  if (p.group_n > 0 && p.n % p.group_n != 0) {
+    return InvalidArgument("grouped GEMM: n {} is not a multiple of group_n {}", p.n, p.group_n);
+  }
+  // The staged GEMV takes grouped products too (all groups in one launch).
+  if (impl == GemmImpl::kAuto && p.m <= kGemvFusedMaxRows) {
+    GemvFusedParams staged;
+    staged.gemm = p;
+    if (GemvFusedSupports(staged)) {
+      const int e = GemvFused(staged, stream);
+      if (e != 0) {
+        return Internal("GEMV launch: {}", cudaGetErrorString(static_cast<cudaError_t>(e)));
       }
+      return OkStatus();
     }
-    // One product per group.
+  }
+  if (p.group_n > 0) {  // one product per group
     const int64_t in_bytes = p.in_dtype == DType::kF32 ? 4 : 2;
     const int64_t out_bytes = p.out_dtype == DType::kF32 ? 4 : 2;
     for (int64_t g = 0; g < p.n / p.group_n; ++g) {
@@ -174,17 +174,6 @@ Status GemmRunner::Run(const GemmParams& p, void* stream, GemmImpl impl) {
   }
   const bool gemv = impl == GemmImpl::kGemv ||
                     (impl == GemmImpl::kAuto && p.m <= kGemvAutoMaxRows && GemvSupports(p));
-  if (impl == GemmImpl::kAuto && p.m <= kGemvFusedMaxRows) {
-    GemvFusedParams staged;
-    staged.gemm = p;
-    if (GemvFusedSupports(staged)) {
-      const int e = GemvFused(staged, stream);
-      if (e != 0) {
-        return Internal("GEMV launch: {}", cudaGetErrorString(static_cast<cudaError_t>(e)));
-      }
-      return OkStatus();
-    }
-  }
   if (gemv) {
     if (!GemvSupports(p)) return InvalidArgument("GEMV does not take m={} k={}", p.m, p.k);
     const int e = Gemv(p, stream);

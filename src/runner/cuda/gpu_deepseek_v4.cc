@@ -39,8 +39,9 @@ kc::RouterScoring Scoring(DeepseekV4Config::Scoring s) {
 
 Status Check(int error, std::string_view what) { return cuda::CudaStatus(error, what); }
 
-// Sparse attention splits its keys over CTAs for steps of up to this many tokens.
-constexpr int64_t kSplitTokens = 256;
+// Sparse attention splits its keys over up to kAttnSplits CTAs a token for steps of up to
+// kSplitTokens tokens.
+constexpr int64_t kSplitTokens = 256, kAttnSplits = 8;
 
 }  // namespace
 
@@ -104,14 +105,7 @@ StatusOr<GpuDeepseekV4::Layer> GpuDeepseekV4::UploadBlock(const DeepseekV4Model&
   DINFER_RETURN_IF_ERROR(compressor(a.compressor, l.comp));
   DINFER_RETURN_IF_ERROR(compressor(a.index_compressor, l.index_comp));
   if (a.index_compressor) x_parts.push_back(&a.index_weights);
-  int64_t x_rows = 0;
-  for (const TensorView* p : x_parts) x_rows += p->dim(0);
-  DINFER_ASSIGN_OR_RETURN(l.x_proj, DeviceTensor::Empty(bf16, {x_rows, c.hidden_size}));
-  int64_t at = 0;
-  for (const TensorView* p : x_parts) {
-    DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(*p, l.x_proj, at));
-    at += p->dim(0);
-  }
+  DINFER_ASSIGN_OR_RETURN(l.x_proj, cuda::UploadRows(x_parts, bf16));
   if (a.index_compressor) {
     DINFER_ASSIGN_OR_RETURN(l.q_proj, cuda::UploadRows({&a.wq_b, &a.index_wq_b}, bf16));
   } else {
@@ -137,9 +131,8 @@ StatusOr<GpuDeepseekV4::Layer> GpuDeepseekV4::UploadBlock(const DeepseekV4Model&
   for (int64_t e = 0; e < ne; ++e) {
     const layers::MoeLayer::Expert& x = m.experts()[static_cast<size_t>(e)];
     // Rows of expert e in a [E * rows, cols] view of the stacked matrices.
-    DeviceTensor& w13 = l.w13;
-    DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w1, w13, e * 2 * inter));
-    DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w3, w13, e * 2 * inter + inter));
+    DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w1, l.w13, e * 2 * inter));
+    DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w3, l.w13, e * 2 * inter + inter));
     DINFER_RETURN_IF_ERROR(cuda::CopyWeightRows(x.w2, l.w2, e * h));
   }
   if (!m.shared().empty()) {
@@ -154,9 +147,7 @@ StatusOr<GpuDeepseekV4::Layer> GpuDeepseekV4::UploadBlock(const DeepseekV4Model&
 }
 
 StatusOr<std::unique_ptr<GpuDeepseekV4>> GpuDeepseekV4::Upload(const DeepseekV4Model& model) {
-  const ModelConfig& c = model.config();
-  const DeepseekV4Config& v = *c.deepseek_v4;
-  std::unique_ptr<GpuDeepseekV4> g(new GpuDeepseekV4(c));
+  std::unique_ptr<GpuDeepseekV4> g(new GpuDeepseekV4(model.config()));
   const DType bf16 = DType::kBF16;
   DINFER_ASSIGN_OR_RETURN(g->embed_, cuda::UploadRows({&model.embed()}, bf16));
   DINFER_ASSIGN_OR_RETURN(g->lm_head_, cuda::UploadRows({&model.lm_head()}, bf16));
@@ -171,7 +162,6 @@ StatusOr<std::unique_ptr<GpuDeepseekV4>> GpuDeepseekV4::Upload(const DeepseekV4M
     DINFER_ASSIGN_OR_RETURN(Layer l, g->UploadBlock(model, i));
     g->layers_.push_back(std::move(l));
   }
-  (void)v;
   DINFER_ASSIGN_OR_RETURN(g->gemm_, kc::GemmRunner::Create());
   return g;
 }
@@ -309,7 +299,6 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
                 si = inter * std::max<int64_t>(v.num_shared_experts, 1);
   const int64_t q_dim = c.num_heads * c.head_dim;
   max_entries_ = (max_seq_len + v.csa_rate - 1) / v.csa_rate;
-  attn_splits_ = 8;
   const int64_t sizes[] = {
       n * hc * h * 4,                                     // streams a
       n * hc * h * 4,                                     // streams b
@@ -322,7 +311,7 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
       n * std::max<int64_t>(v.index_topk, 1) * 4,         // selected
       kc::V4IndexerWorkspaceFloats(n, max_entries_) * 4,  // indexer
       kc::V4SparseAttentionWorkspaceFloats(std::min(n, kSplitTokens), c.num_heads, c.head_dim,
-                                           attn_splits_) *
+                                           kAttnSplits) *
           4,
       n * q_dim * 2,                                      // attention out
       n * v.o_groups * v.o_lora_rank * 2,                 // grouped
@@ -646,7 +635,7 @@ Status GpuDeepseekV4::RunLayer(const Layer& l, int64_t layer, const GpuStep& ste
   a.rotary_dim = c.rotary_dim;
   // Steps of a few tokens split their keys over CTAs (decode); longer ones have CTAs enough.
   a.workspace = n <= kSplitTokens ? attn_ws_ : nullptr;
-  a.max_splits = n <= kSplitTokens ? attn_splits_ : 1;
+  a.max_splits = n <= kSplitTokens ? kAttnSplits : 1;
   DINFER_RETURN_IF_ERROR(Check(kc::V4SparseAttention(a, stream), "sparse attention"));
   // Grouped low-rank output projection: group g's heads through its own wo_a rows.
   const int64_t groups = v.o_groups, rank = v.o_lora_rank, per_group = q_dim / groups;

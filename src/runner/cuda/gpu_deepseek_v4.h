@@ -122,7 +122,6 @@ class GpuDeepseekV4 final : public GpuModel {
   float* shared_out_ = nullptr;
   void* head_rows_ = nullptr;  // bf16 [logits, hidden]
   float* hc_ws_ = nullptr;     // HcPre / HcHead partials at decode (kc::HcWorkspaceFloats)
-  int64_t attn_splits_ = 0;
 };
 
 }  // namespace dinfer

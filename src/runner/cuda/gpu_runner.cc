@@ -61,7 +61,6 @@ StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuModel>
     r->group_blocks_.push_back(o.group_num_blocks.empty() ? o.num_blocks : o.group_num_blocks[g]);
   }
   o.num_blocks = r->group_blocks_[0];
-  r->sink_block_ = o.num_blocks;
   const KvLayout layout =
       r->model_->KvLayoutFor(o.block_size, fp8 ? DType::kF8E4M3 : r->model_->dtype());
   auto plane_bytes = [&](const KvPlane& p) {
@@ -70,7 +69,7 @@ StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuModel>
   };
   size_t total = 0;
   for (const auto& planes : layout) {
-    for (const KvPlane& p : planes) total += (plane_bytes(p) + 255) / 256 * 256;
+    for (const KvPlane& p : planes) total += Align(plane_bytes(p));
   }
   DINFER_ASSIGN_OR_RETURN(r->kv_memory_, cuda::DeviceBuffer::Allocate(total));
   r->kv_.block_size = o.block_size;
@@ -81,7 +80,7 @@ StatusOr<std::unique_ptr<GpuRunner>> GpuRunner::Create(std::unique_ptr<GpuModel>
     std::vector<void*>& ptrs = r->kv_.planes.emplace_back();
     for (const KvPlane& p : planes) {
       ptrs.push_back(at);
-      at += (plane_bytes(p) + 255) / 256 * 256;
+      at += Align(plane_bytes(p));
     }
     if (r->model_->dense_attention()) {
       r->kv_.k.push_back(ptrs[0]);
@@ -226,11 +225,11 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
   for (int64_t s = 0; s < seqs; ++s) {
     int32_t* table = tables + s * width;
     if (s >= real_seqs) {  // padding: one token at position 0 of the sink block
-      std::fill(table, table + width, static_cast<int32_t>(sink_block_));
+      std::fill(table, table + width, static_cast<int32_t>(group_blocks_[0]));
       tok[t] = 0;
       pos[t] = 0;
       seq[t] = static_cast<int32_t>(s);
-      slots[t] = sink_block_ * bs;
+      slots[t] = group_blocks_[0] * bs;
       replay_end[s] = 0;
       DINFER_RETURN_IF_ERROR(fill_groups(s, nullptr));
       logits_rows[nl++] = static_cast<int32_t>(t);
@@ -255,7 +254,7 @@ StatusOr<GpuStep> GpuRunner::Plan(std::span<const SeqChunk> chunks, int64_t pad_
         return InvalidArgument("block id {} out of range", id);
       table[b] = id;
     }
-    std::fill(table + copy, table + width, static_cast<int32_t>(sink_block_));
+    std::fill(table + copy, table + width, static_cast<int32_t>(group_blocks_[0]));
     DINFER_RETURN_IF_ERROR(fill_groups(s, &c));
     replay_end[s] = static_cast<int32_t>(c.replay_end);
     any_replay = any_replay || c.replay_end > 0;

@@ -93,10 +93,11 @@ class GpuRunner {
   GpuRunnerOptions options_;
   cuda::DeviceInfo device_;
   cuda::Stream stream_;
-  int64_t width_ = 0;       // block table entries per sequence at most
-  int64_t sink_block_ = 0;  // the block padded sequences write to (one past the caller's)
+  int64_t width_ = 0;  // block table entries per sequence at most
   std::vector<KvGroup> groups_;
-  std::vector<int64_t> group_blocks_;  // the caller's blocks of each group (its sink is the next)
+  // The caller's blocks of each group; the next block id is the group's sink, which padded
+  // sequences write to.
+  std::vector<int64_t> group_blocks_;
   cuda::DeviceBuffer kv_memory_;
   GpuKvCache kv_;
   cuda::PinnedBuffer stage_[2];

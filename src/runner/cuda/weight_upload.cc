@@ -34,9 +34,10 @@ Status CopyWeightRows(const TensorView& w, DeviceTensor& dst, int64_t row_offset
   return OkStatus();
 }
 
-StatusOr<DeviceTensor> UploadRows(std::initializer_list<const TensorView*> parts, DType dtype) {
+StatusOr<DeviceTensor> UploadRows(std::span<const TensorView* const> parts, DType dtype) {
+  if (parts.empty()) return InvalidArgument("no weights to upload");
   int64_t rows = 0;
-  const int64_t cols = (*parts.begin())->dim(1);
+  const int64_t cols = parts.front()->dim(1);
   for (const TensorView* p : parts) {
     if (p->dim(1) != cols) {
       return InvalidArgument("weights of {} and {} columns in one matrix", cols, p->dim(1));
