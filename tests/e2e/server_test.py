@@ -698,8 +698,9 @@ def test_queue_full(status):
         async def run():
             client = openai.AsyncOpenAI(api_key="x", base_url=s.url + "/v1", max_retries=0)
             claude = anthropic.AsyncAnthropic(api_key="x", base_url=s.url, max_retries=0)
-            # One request runs (max_num_seqs 1) while another waits: the queue is full.
-            long_req = dict(model="default", prompt="Once upon a time", max_tokens=100, extra_body={"ignore_eos": True})
+            # One request runs (max_num_seqs 1) while another waits: the queue is full. They are long
+            # enough (seconds on the CPU) that neither finishes within the sleeps below.
+            long_req = dict(model="default", prompt="Once upon a time", max_tokens=1000, extra_body={"ignore_eos": True})
             first = asyncio.create_task(client.completions.create(**long_req))
             await asyncio.sleep(0.2)
             second = asyncio.create_task(client.completions.create(**long_req))
