@@ -53,9 +53,10 @@ struct EngineOptions {
   std::string quantization = "none";
   // Speculative decoding: tokens the model's draft (MTP) layer proposes per decode step, verified
   // by the next step (0: off; 1: DeepSeek-V4's MTP layer). Models without a draft layer refuse
-  // it. CPU only; requests without a grammar or logprobs speculate (greedy or sampled, with
-  // penalties: outputs are token for token those without speculation), the others decode as
-  // usual; the engine steps synchronously while it is on.
+  // it. Requests without a grammar or logprobs speculate (greedy or sampled, with penalties: on
+  // the CPU outputs are token for token those without speculation; on the GPU, whose products are
+  // not batch-invariant, up to bf16 rounding), the others decode as usual; the engine steps
+  // synchronously and samples on the host while it is on.
   int num_speculative_tokens = 0;
   // Drafts scheduled by confidence. A draft costs the next step one more token (compute and KV)
   // and gains one when accepted, so it is proposed only when the draft layer's probability of its

@@ -171,9 +171,11 @@ EngineCore::EngineCore(Model& model, const EngineConfig& config)
   device_sampling_ = config.device_sampling && runner_.SupportsDeviceSampling();
   if (config.num_speculative_tokens > 0) {
     if (Status s = CheckSpeculation(model, config); s.ok()) {
-      // Verification decides a step's token count, which the next plan needs: no overlap.
+      // Verification decides a step's token count, which the next plan needs: no overlap. It
+      // samples each row on the host (one token after another), so logits come back.
       speculative_ = true;
       config_.async_scheduling = false;
+      device_sampling_ = false;
     } else {
       log::Error("speculative decoding is off: {}", s.message());
     }
@@ -213,9 +215,6 @@ Status EngineCore::CheckSpeculation(const Model& model, const EngineConfig& conf
   if (k > 1) {
     return InvalidArgument(
         "num_speculative_tokens {}: the draft (MTP) layer proposes one token per step; use 1", k);
-  }
-  if (config.device != Device::kCpu) {
-    return Unimplemented("speculative decoding runs on the CPU only (--device cpu)");
   }
   // A rejected draft inside a block recomputes the block from its start (Resolve): its queries
   // must still find the window behind it, which the blocks released so far leave in place when

@@ -105,7 +105,7 @@ class EngineCore {
   // A config that CheckSpeculation refuses runs without speculation (and logs why).
   EngineCore(Model& model, const EngineConfig& config);
   // Whether config.num_speculative_tokens can be served with this model: it needs a draft layer
-  // (which proposes one token per step) and the CPU runner; the draft policy's knobs must be in
+  // (which proposes one token per step); the draft policy's knobs must be in
   // range (with or without speculation).
   static Status CheckSpeculation(const Model& model, const EngineConfig& config);
 

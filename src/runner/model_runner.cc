@@ -115,9 +115,11 @@ std::vector<int64_t> ModelRunner::KvBytesPerBlock(const Model& model, const Runn
   }
   const ModelConfig& c = model.config();
   const std::vector<KvGroup> groups = model.KvGroupsFor(o.block_size);
-  if (groups.size() > 1) {  // the model's planes of its main layers (no draft layer on CUDA)
+  if (groups.size() > 1) {  // the model's own planes (DeepSeek-V4: bf16 keys, f32 states)
+    // The GPU runs the main layers and the first draft layer (GpuDeepseekV4::KvLayoutFor).
     KvLayout layout = model.KvLayoutFor(o.block_size);
-    layout.resize(static_cast<size_t>(c.num_layers));
+    layout.resize(std::min(layout.size(),
+                           static_cast<size_t>(c.num_layers + (model.has_draft_layer() ? 1 : 0))));
     return KvStorage::GroupBytesPerBlock(layout, static_cast<int64_t>(groups.size()));
   }
   const int64_t elem = o.kv_cache_dtype == KvCacheDType::kFp8 ? 1
@@ -187,7 +189,9 @@ StatusOr<DeviceSampleOutput> ModelRunner::ExecuteAndSample(
 
 StatusOr<TensorView> ModelRunner::ExecuteDraft(std::span<const SeqChunk> chunks) {
   if (!status_.ok()) return status_;
-  if (device_ != Device::kCpu) return Unimplemented("draft layers run on the CPU only");
+#ifdef DINFER_WITH_CUDA
+  if (gpu_ != nullptr) return gpu_->ExecuteDraft(chunks);
+#endif
   return Run(chunks, true);
 }
 

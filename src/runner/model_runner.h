@@ -54,7 +54,6 @@ class ModelRunner {
   StatusOr<TensorView> Execute(std::span<const SeqChunk> chunks);
   // The model's draft (MTP) layer over the chunks of the previous Execute, each chunk's tokens
   // replaced by the tokens that follow them (see Model::ForwardDraft); same logits contract.
-  // CPU only.
   StatusOr<TensorView> ExecuteDraft(std::span<const SeqChunk> chunks);
 
   // Whether ExecuteAndSample works here: a CUDA runner that is set up, a vocabulary of at most

@@ -6,6 +6,7 @@
 // decode steps replayed as CUDA graphs against eager ones; and through the engine with chunked
 // prefill and a prefix-cache hit. Skipped without a GPU.
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include <boost/json.hpp>
@@ -51,7 +52,7 @@ void ExpectBf16Rows(const std::vector<double>& errors, const std::string& what) 
 struct Fixture {
   std::vector<int32_t> prompt, decode;
   int64_t chunk_split = 0;
-  std::string logits;
+  std::string logits, mtp_logits;
 };
 
 std::vector<int32_t> Ints(const boost::json::value& v) {
@@ -74,6 +75,9 @@ Fixture ReadFixture(const std::string& variant = "deepseek_v4") {
   f.decode = Ints(o.at("decode_ids"));
   f.chunk_split = o.at("chunk_split").to_number<int64_t>();
   f.logits = ReadFileToString(Dir(variant) + "/logits.f32").value();
+  if (auto mtp = ReadFileToString(Dir(variant) + "/mtp_logits.f32"); mtp.ok()) {
+    f.mtp_logits = std::move(*mtp);
+  }
   return f;
 }
 
@@ -251,6 +255,89 @@ TEST(GpuDeepseekV4GraphTest, GraphDecodeMatchesEager) {
     EXPECT_LE(RowRelError(outs[1].data() + r * vocab, outs[0].data() + r * vocab, vocab), 1e-2)
         << "row " << r;
   }
+}
+
+// The MTP layer on the GPU (ModelRunner::ExecuteDraft after each Execute, the next tokens as
+// input) against the MTP logits transformers' modules give, prompt rows and decode rows.
+TEST(GpuDeepseekV4MtpTest, DraftLogitsMatchTransformers) {
+  SKIP_WITHOUT_GPU();
+  const Fixture f = ReadFixture();
+  auto lm = LoadModel(Dir(), LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  ASSERT_TRUE(lm->model->has_draft_layer());
+  const int64_t vocab = lm->config.vocab_size;
+  const size_t total = f.prompt.size() + f.decode.size();
+  ASSERT_EQ(f.mtp_logits.size(), (total - 1) * vocab * sizeof(float));
+  const auto* ref = reinterpret_cast<const float*>(f.mtp_logits.data());
+  RunnerOptions ro;
+  ro.device = Device::kCuda;
+  ro.block_size = 16;
+  ro.num_blocks = 7;
+  ro.max_seq_len = 128;
+  ModelRunner runner(*lm->model, ro);
+  ASSERT_STATUS_OK(runner.status());
+  const std::vector<int32_t> table = {6, 4, 2, 0, 1, 3, 5};
+  std::vector<int32_t> all = f.prompt;
+  all.insert(all.end(), f.decode.begin(), f.decode.end());
+  std::vector<double> errors;
+  auto check = [&](const TensorView& got, const float* want, size_t rows) {
+    ASSERT_EQ(got.rows(), static_cast<int64_t>(rows));
+    for (size_t r = 0; r < rows; ++r) {
+      errors.push_back(RowRelError(got.as<float>() + r * vocab, want + r * vocab, vocab));
+    }
+  };
+  const auto n = static_cast<int64_t>(f.prompt.size());
+  SeqChunk prefill{f.prompt, 0, table, SeqChunk::Logits::kAll};
+  ASSERT_TRUE(runner.Execute(std::span(&prefill, 1)).ok());
+  const std::vector<int32_t> next(all.begin() + 1, all.begin() + n + 1);
+  SeqChunk draft{next, 0, table, SeqChunk::Logits::kAll};
+  auto mtp = runner.ExecuteDraft(std::span(&draft, 1));
+  ASSERT_TRUE(mtp.ok()) << mtp.status().ToString();
+  check(*mtp, ref, f.prompt.size());
+  int64_t pos = n;
+  for (size_t i = 0; i + 1 < f.decode.size(); ++i, ++pos) {
+    SeqChunk step{std::span(&f.decode[i], 1), pos, table, SeqChunk::Logits::kLast};
+    ASSERT_TRUE(runner.Execute(std::span(&step, 1)).ok());
+    SeqChunk d{std::span(&f.decode[i + 1], 1), pos, table, SeqChunk::Logits::kLast};
+    auto row = runner.ExecuteDraft(std::span(&d, 1));
+    ASSERT_TRUE(row.ok()) << row.status().ToString();
+    check(*row, ref + pos * vocab, 1);
+  }
+  ExpectBf16Rows(errors, "MTP rows");
+  std::printf("MTP: median relative logit error %.3g over %zu rows\n", Median(errors),
+              errors.size());
+}
+
+// Speculative decoding on the GPU with the MTP layer: every request completes, drafts are
+// verified, and the first token is transformers'.
+TEST(GpuDeepseekV4EngineTest, SpeculativeDecodingWithTheMtpLayer) {
+  SKIP_WITHOUT_GPU();
+  const Fixture f = ReadFixture();
+  auto lm = LoadModel(Dir(), LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  EngineConfig cfg;
+  cfg.device = Device::kCuda;
+  cfg.num_kv_blocks = 48;
+  cfg.scheduler.max_model_len = 256;
+  cfg.num_speculative_tokens = 1;
+  EngineCore core(*lm->model, cfg);
+  RequestOptions greedy;
+  greedy.sampling.temperature = 0.0;
+  greedy.max_tokens = static_cast<int64_t>(f.decode.size());
+  greedy.ignore_eos = true;
+  for (int64_t id : {1, 2}) ASSERT_TRUE(core.AddRequest(id, f.prompt, greedy).ok());
+  std::map<int64_t, std::vector<int32_t>> tokens;
+  while (core.HasWork()) {
+    for (const TokenDelta& d : core.Step()) {
+      ASSERT_TRUE(d.error.empty()) << d.error;
+      tokens[d.request_id].insert(tokens[d.request_id].end(), d.tokens.begin(), d.tokens.end());
+    }
+  }
+  for (int64_t id : {1, 2}) {
+    ASSERT_EQ(tokens[id].size(), f.decode.size()) << "request " << id;
+    EXPECT_EQ(tokens[id][0], f.decode[0]) << "request " << id;
+  }
+  EXPECT_GT(core.Stats().draft_tokens, 0);
 }
 
 // Through the engine on the GPU (scheduler, paged KV groups, sampling on the device): greedy

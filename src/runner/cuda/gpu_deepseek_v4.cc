@@ -45,7 +45,7 @@ constexpr int64_t kSplitTokens = 256, kAttnSplits = 8;
 
 }  // namespace
 
-void GpuDeepseekV4::Finish(Layer& l) {
+void GpuDeepseekV4::Finish(Layer& l, bool main) {
   const ModelConfig& c = config_;
   const DeepseekV4Config& v = *c.deepseek_v4;
   int64_t col = v.q_lora_rank + c.head_dim;
@@ -66,14 +66,14 @@ void GpuDeepseekV4::Finish(Layer& l) {
   const int64_t experts = l.w13.view().dim(0);
   const int64_t per_expert = (Bytes(l.w13) + Bytes(l.w2)) / std::max<int64_t>(experts, 1);
   weight_bytes_ += dense + Bytes(l.w13) + Bytes(l.w2);
-  token_weight_bytes_ += dense + std::min(v.experts_per_token, experts) * per_expert;
+  if (main) token_weight_bytes_ += dense + std::min(v.experts_per_token, experts) * per_expert;
 }
 
 StatusOr<GpuDeepseekV4::Layer> GpuDeepseekV4::UploadBlock(const DeepseekV4Model& model,
-                                                          size_t index) {
+                                                          size_t index, bool mtp) {
   const ModelConfig& c = model.config();
   const DType bf16 = DType::kBF16;
-  const DeepseekV4Model::Block& b = model.layers()[index];
+  const DeepseekV4Model::Block& b = mtp ? model.mtp()[index].block : model.layers()[index];
   const layers::CompressedAttentionWeights& a = b.attn.weights();
   Layer l;
   l.kind = b.attn.kind();
@@ -142,7 +142,7 @@ StatusOr<GpuDeepseekV4::Layer> GpuDeepseekV4::UploadBlock(const DeepseekV4Model&
     l.shared_w13 = std::move(w13);
     l.shared_w2 = std::move(w2);
   }
-  Finish(l);
+  Finish(l, !mtp);
   return l;
 }
 
@@ -159,8 +159,23 @@ StatusOr<std::unique_ptr<GpuDeepseekV4>> GpuDeepseekV4::Upload(const DeepseekV4M
   DINFER_ASSIGN_OR_RETURN(g->inv_freq_compress_, cuda::UploadF32(model.rope().compress));
   g->weight_bytes_ = g->token_weight_bytes_ = Bytes(g->lm_head_);
   for (size_t i = 0; i < model.layers().size(); ++i) {
-    DINFER_ASSIGN_OR_RETURN(Layer l, g->UploadBlock(model, i));
+    DINFER_ASSIGN_OR_RETURN(Layer l, g->UploadBlock(model, i, false));
     g->layers_.push_back(std::move(l));
+  }
+  if (!model.mtp().empty()) {
+    const DeepseekV4Model::Mtp& src = model.mtp()[0];
+    auto mtp = std::make_unique<Mtp>();
+    DINFER_ASSIGN_OR_RETURN(mtp->block, g->UploadBlock(model, 0, true));
+    DINFER_ASSIGN_OR_RETURN(mtp->e_proj, cuda::UploadRows({&src.e_proj}, bf16));
+    DINFER_ASSIGN_OR_RETURN(mtp->h_proj, cuda::UploadRows({&src.h_proj}, bf16));
+    DINFER_ASSIGN_OR_RETURN(mtp->enorm, F32(src.enorm));
+    DINFER_ASSIGN_OR_RETURN(mtp->hnorm, F32(src.hnorm));
+    DINFER_ASSIGN_OR_RETURN(mtp->norm, F32(src.norm));
+    DINFER_ASSIGN_OR_RETURN(mtp->head.fn, F32(src.head.fn()));
+    DINFER_ASSIGN_OR_RETURN(mtp->head.base, F32(src.head.base()));
+    DINFER_ASSIGN_OR_RETURN(mtp->head.scale, F32(src.head.scale()));
+    g->weight_bytes_ += Bytes(mtp->e_proj) + Bytes(mtp->h_proj);
+    g->mtp_ = std::move(mtp);
   }
   DINFER_ASSIGN_OR_RETURN(g->gemm_, kc::GemmRunner::Create());
   return g;
@@ -264,7 +279,7 @@ StatusOr<std::unique_ptr<GpuDeepseekV4>> GpuDeepseekV4::Random(const ModelConfig
       l.shared_w13 = std::move(w13);
       l.shared_w2 = std::move(w2);
     }
-    g->Finish(l);
+    g->Finish(l, true);
     g->layers_.push_back(std::move(l));
   }
   DINFER_RETURN_IF_ERROR(cuda::Synchronize());
@@ -276,6 +291,10 @@ KvLayout GpuDeepseekV4::KvLayoutFor(int64_t block_size, DType /*kv_dtype*/) cons
   KvLayout layout;
   for (const Layer& l : layers_) {
     layout.push_back(layers::DeepseekV4LayerPlanes(config_, l.kind, block_size, DType::kBF16));
+  }
+  if (mtp_) {  // the draft layer's planes are layer num_layers (ForwardDraft)
+    layout.push_back(
+        layers::DeepseekV4LayerPlanes(config_, mtp_->block.kind, block_size, DType::kBF16));
   }
   return layout;
 }
@@ -331,6 +350,8 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
       n * si * 2,                                         // shared act
       n * h * 4,                                          // shared out
       max_logits * h * 2,                                 // head rows
+      mtp_ ? n * h * 4 : 0,                               // MTP e
+      mtp_ ? n * hc * h * 2 : 0,                          // MTP rows
       kc::HcWorkspaceFloats(n, hc, h) * 4,                // hyper-connections at decode
   };
   size_t total = 0;
@@ -370,7 +391,18 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
   shared_act_ = p[i++];
   shared_out_ = static_cast<float*>(p[i++]);
   head_rows_ = p[i++];
+  mtp_e_ = static_cast<float*>(p[i++]);
+  mtp_rows_ = p[i++];
   hc_ws_ = static_cast<float*>(p[i++]);
+  if (mtp_) {
+    std::vector<float> ones(static_cast<size_t>(n * hc), 1.0f),
+        eye(static_cast<size_t>(n * hc * hc));
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t j = 0; j < hc; ++j) eye[static_cast<size_t>((t * hc + j) * hc + j)] = 1.0f;
+    }
+    DINFER_ASSIGN_OR_RETURN(ones_, cuda::UploadF32(ones));
+    DINFER_ASSIGN_OR_RETURN(eye_, cuda::UploadF32(eye));
+  }
   max_tokens_ = max_tokens;
   max_logits_ = max_logits;
   max_seq_len_ = max_seq_len;
@@ -418,6 +450,64 @@ Status GpuDeepseekV4::Forward(const GpuStep& step, const GpuKvCache& kv, float* 
     DINFER_RETURN_IF_ERROR(RunLayer(layers_[i], static_cast<int64_t>(i), step, kv, stream));
   }
   return Head(hc_head_, final_norm_, step, logits, stream);
+}
+
+Status GpuDeepseekV4::ForwardDraft(const GpuStep& step, const GpuKvCache& kv, float* logits,
+                                   void* stream) {
+  if (!mtp_) return MakeError(StatusCode::kFailedPrecondition, "the checkpoint has no MTP layer");
+  const ModelConfig& c = config_;
+  const DeepseekV4Config& v = *c.deepseek_v4;
+  const int64_t n = step.num_tokens, h = c.hidden_size, hc = v.hc_mult;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  if (n == 0) return OkStatus();
+  if (n > max_tokens_ || step.num_logits > max_logits_) {
+    return InvalidArgument("a step of {} tokens and {} logits rows exceeds the reserved {} / {}", n,
+                           step.num_logits, max_tokens_, max_logits_);
+  }
+  // The last Forward's final streams (streams_a_), each normed on its own, through h_proj.
+  kc::RmsNormParams hn;
+  hn.residual = streams_a_;
+  hn.write_back = false;
+  hn.weight = mtp_->hnorm.as<float>();
+  hn.out = mtp_rows_;
+  hn.dtype = DType::kBF16;
+  hn.rows = n * hc;
+  hn.dim = h;
+  hn.eps = eps;
+  DINFER_RETURN_IF_ERROR(Check(kc::RmsNorm(hn, stream), "MTP hnorm"));
+  DINFER_RETURN_IF_ERROR(
+      Gemm(mtp_rows_, h, mtp_->h_proj.data(), h, h, streams_b_, h, n * hc, DType::kF32, stream));
+  // The next tokens' embeddings, normed, through e_proj.
+  kc::EmbeddingParams e;
+  e.table = embed_.data();
+  e.dtype = DType::kBF16;
+  e.ids = step.tokens;
+  e.out = branch_;
+  e.num_tokens = n;
+  e.dim = h;
+  DINFER_RETURN_IF_ERROR(Check(kc::Embedding(e, stream), "MTP embedding"));
+  kc::RmsNormParams en = hn;
+  en.residual = branch_;
+  en.weight = mtp_->enorm.as<float>();
+  en.out = normed_;
+  en.rows = n;
+  DINFER_RETURN_IF_ERROR(Check(kc::RmsNorm(en, stream), "MTP enorm"));
+  DINFER_RETURN_IF_ERROR(
+      Gemm(normed_, h, mtp_->e_proj.data(), h, h, mtp_e_, h, n, DType::kF32, stream));
+  // streams_i += e for every stream: HcPost with post 1 and comb the identity.
+  kc::HcPostParams add;
+  add.streams = streams_b_;
+  add.y = mtp_e_;
+  add.post = ones_.as<float>();
+  add.comb = eye_.as<float>();
+  add.num_tokens = n;
+  add.hc = hc;
+  add.dim = h;
+  add.out = streams_a_;
+  DINFER_RETURN_IF_ERROR(Check(kc::HcPost(add, stream), "MTP streams"));
+  DINFER_RETURN_IF_ERROR(
+      RunLayer(mtp_->block, static_cast<int64_t>(layers_.size()), step, kv, stream));
+  return Head(mtp_->head, mtp_->norm, step, logits, stream);
 }
 
 Status GpuDeepseekV4::Head(const HcWeights& hc_head, const DeviceTensor& norm, const GpuStep& step,

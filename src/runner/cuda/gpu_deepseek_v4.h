@@ -9,8 +9,8 @@
 //   sparse attention over window + compressed entries with sinks, inverse rotary → grouped wo_a
 //   → wo_b → HcPost → HcPre → router GEMM and routing (scores or hash) → permute → grouped
 //   expert GEMMs with the clamped SwiGLU → shared expert → combine → HcPost.
-// The residual is hc_mult f32 streams per token. The MTP layer is not run here (no drafts on
-// the GPU yet). Activation buffers have fixed addresses (graph replay).
+// The residual is hc_mult f32 streams per token. The MTP layer (ForwardDraft) drafts from the
+// final streams of the step before. Activation buffers have fixed addresses (graph replay).
 // Thread-safety: Forward enqueues on one stream; one thread at a time.
 #pragma once
 
@@ -39,6 +39,11 @@ class GpuDeepseekV4 final : public GpuModel {
   Status Reserve(int64_t max_tokens, int64_t max_logits, int64_t max_split_cells,
                  int64_t max_seq_len) override;
   Status Forward(const GpuStep& step, const GpuKvCache& kv, float* logits, void* stream) override;
+  // The MTP layer (the first, when the checkpoint has several; its KV planes are layer
+  // num_layers): reads the final streams the last Forward left in place.
+  bool has_draft_layer() const override { return mtp_ != nullptr; }
+  Status ForwardDraft(const GpuStep& step, const GpuKvCache& kv, float* logits,
+                      void* stream) override;
 
   // Bytes of weights one token reads at batch 1: every matrix but the routed experts, plus
   // experts_per_token of them per layer (the v4_decode_b1 roofline).
@@ -73,11 +78,18 @@ class GpuDeepseekV4 final : public GpuModel {
     std::optional<cuda::DeviceTensor> shared_w13, shared_w2;
   };
 
+  struct Mtp {
+    Layer block;
+    cuda::DeviceTensor e_proj, h_proj;      // bf16
+    cuda::DeviceTensor enorm, hnorm, norm;  // f32
+    HcWeights head;
+  };
+
   explicit GpuDeepseekV4(const ModelConfig& config) : GpuModel(config, DType::kBF16) {}
-  // Column layout of a layer's projections, and its byte counts.
-  void Finish(Layer& l);
-  // The weights of layer `index` of a CPU model.
-  StatusOr<Layer> UploadBlock(const DeepseekV4Model& model, size_t index);
+  // Column layout of a layer's projections, and its byte counts (`main`: a layer every token
+  // reads, not the draft layer).
+  void Finish(Layer& l, bool main);
+  StatusOr<Layer> UploadBlock(const DeepseekV4Model& model, size_t index, bool mtp);
   // y[m, n] = x[m, k] · wᵀ (bf16 in), `out` f32 or bf16; ld* in elements.
   Status Gemm(const void* x, int64_t ldx, const void* w, int64_t n, int64_t k, void* y, int64_t ldy,
               int64_t m, DType out, void* stream);
@@ -89,6 +101,7 @@ class GpuDeepseekV4 final : public GpuModel {
               float* logits, void* stream);
 
   std::vector<Layer> layers_;
+  std::unique_ptr<Mtp> mtp_;
   cuda::DeviceTensor embed_, lm_head_, final_norm_;
   HcWeights hc_head_;
   cuda::DeviceTensor inv_freq_main_, inv_freq_compress_;
@@ -121,7 +134,12 @@ class GpuDeepseekV4 final : public GpuModel {
   void* shared_act_ = nullptr;
   float* shared_out_ = nullptr;
   void* head_rows_ = nullptr;  // bf16 [logits, hidden]
-  float* hc_ws_ = nullptr;     // HcPre / HcHead partials at decode (kc::HcWorkspaceFloats)
+  // The draft layer: e_proj's output, the hnorm'd streams, and HcPost's weights that add the
+  // former to each stream (post 1, comb the identity).
+  float* mtp_e_ = nullptr;    // [tokens, hidden]
+  void* mtp_rows_ = nullptr;  // bf16 [tokens * hc, hidden]
+  cuda::DeviceTensor ones_, eye_;
+  float* hc_ws_ = nullptr;  // HcPre / HcHead partials at decode (kc::HcWorkspaceFloats)
 };
 
 }  // namespace dinfer

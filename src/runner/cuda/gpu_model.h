@@ -85,6 +85,13 @@ class GpuModel {
   // Enqueues one forward pass on `stream`: logits [step.num_logits, vocab] f32.
   virtual Status Forward(const GpuStep& step, const GpuKvCache& kv, float* logits,
                          void* stream) = 0;
+  // The draft (MTP) layer over the rows of the last Forward (the same chunks, each token replaced
+  // by the one after it: Model::ForwardDraft); its KV planes are the layer after the last.
+  virtual bool has_draft_layer() const { return false; }
+  virtual Status ForwardDraft(const GpuStep& /*step*/, const GpuKvCache& /*kv*/, float* /*logits*/,
+                              void* /*stream*/) {
+    return Unimplemented("this model has no draft layer");
+  }
 
  protected:
   GpuModel(ModelConfig config, DType dtype) : config_(std::move(config)), dtype_(dtype) {}

@@ -349,7 +349,11 @@ Status GpuRunner::Launch(std::span<const SeqChunk> chunks, const LaunchOptions& 
     return InvalidArgument("tokens from the last step need one-token chunks");
   }
   const auto n = static_cast<int64_t>(chunks.size());
-  const bool graph = options_.cuda_graphs && one_token && n <= options_.max_num_seqs;
+  const bool graph =
+      options_.cuda_graphs && one_token && n <= options_.max_num_seqs && !options.draft;
+  if (options.draft && !model_->has_draft_layer()) {
+    return MakeError(StatusCode::kFailedPrecondition, "the model has no draft layer");
+  }
   const int64_t pad_to = graph ? Bucket(n) : 0;
   // Block tables as wide as the longest sequence needs, rounded up to a power of two so that
   // decode graphs are few and replayed while sequences grow.
@@ -380,7 +384,12 @@ Status GpuRunner::Launch(std::span<const SeqChunk> chunks, const LaunchOptions& 
   auto* logits = static_cast<float*>(logits_.data());
   auto* greedy = static_cast<int32_t*>(greedy_.data());
   // Decode graphs always include the greedy choice (cheap), so one graph serves both kinds.
+  if (options.draft && step.num_tokens > last_tokens_) {
+    return InvalidArgument("a draft step of {} tokens after a step of {}", step.num_tokens,
+                           last_tokens_);
+  }
   auto enqueue = [&]() -> Status {
+    if (options.draft) return model_->ForwardDraft(step, kv_, logits, stream_.get());
     DINFER_RETURN_IF_ERROR(model_->Forward(step, kv_, logits, stream_.get()));
     if (!graph && !options.greedy) return OkStatus();
     return cuda::CudaStatus(
@@ -405,6 +414,7 @@ Status GpuRunner::Launch(std::span<const SeqChunk> chunks, const LaunchOptions& 
     }
   }
   last_rows_ = step.num_logits - (pad_to > 0 ? pad_to - n : 0);
+  if (!options.draft) last_tokens_ = step.num_tokens;
   last_greedy_ = options.greedy;
   if (options.greedy) {
     DINFER_RETURN_IF_ERROR(cuda::CopyToHostAsync(greedy_host_.data(), greedy,
@@ -435,6 +445,13 @@ StatusOr<std::span<const int32_t>> GpuRunner::GreedyTokens() {
 
 StatusOr<TensorView> GpuRunner::Execute(std::span<const SeqChunk> chunks) {
   DINFER_RETURN_IF_ERROR(Launch(chunks));
+  return Logits();
+}
+
+StatusOr<TensorView> GpuRunner::ExecuteDraft(std::span<const SeqChunk> chunks) {
+  LaunchOptions o;
+  o.draft = true;
+  DINFER_RETURN_IF_ERROR(Launch(chunks, o));
   return Logits();
 }
 

@@ -44,6 +44,9 @@ struct LaunchOptions {
   // Every chunk has one token, and chunk i's token is row i of the previous step's greedy tokens,
   // still on the device (the chunk's own token is not read): decode without a host round trip.
   bool tokens_from_last_step = false;
+  // The model's draft layer (GpuModel::ForwardDraft) over the chunks of the last step, their
+  // tokens shifted by one; never a graph.
+  bool draft = false;
 };
 
 class GpuRunner {
@@ -59,6 +62,8 @@ class GpuRunner {
   StatusOr<std::span<const int32_t>> GreedyTokens();  // after a greedy Launch
   // Launch and Logits.
   StatusOr<TensorView> Execute(std::span<const SeqChunk> chunks);
+  // Launch with LaunchOptions::draft, and Logits.
+  StatusOr<TensorView> ExecuteDraft(std::span<const SeqChunk> chunks);
   // Samples one token per logits row of the last Launch on the device (batch.rows: one per row)
   // and waits for the tokens; the logits are changed in place (masks, penalties), so Logits()
   // no longer gives the model's. Valid until the next Launch.
@@ -109,6 +114,7 @@ class GpuRunner {
   cuda::Event done_;
   std::map<std::pair<int64_t, int64_t>, cuda::Graph> graphs_;  // by (batch, table width)
   int64_t last_rows_ = 0;
+  int64_t last_tokens_ = 0;  // tokens of the last forward step (padding included)
   bool last_greedy_ = false;
   std::vector<int32_t> tile_order_;
   // Sampling: inputs staged in pinned memory and copied in one go (grown on demand), scratch,
