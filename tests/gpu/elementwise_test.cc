@@ -171,6 +171,44 @@ TEST(CudaSampling, ArgmaxMatchesSamplerArgmaxWithTies) {
   }
 }
 
+// Odd vocabularies and strides (no 16-byte rows), NaN logits, ties between the slices the
+// cluster splits a row into, a row of NaN only, and more rows than a grid dimension holds.
+TEST(CudaSampling, ArgmaxOddShapesNaNAndManyRows) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(5);
+  struct Shape {
+    int64_t rows, vocab, stride;
+  };
+  for (const Shape s : {Shape{5, 7, 7}, Shape{4, 1001, 1003}, Shape{3, 129280, 129281},
+                        Shape{6, 129280, 129280}, Shape{70000, 9, 10}}) {
+    auto logits = Random(s.rows * s.stride, rng, 3.0f);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      float* row = logits.data() + r * s.stride;
+      const float mx = *std::max_element(row, row + s.vocab);
+      if (r % 3 == 0) {  // a tie between the first and the last token: the first wins
+        row[0] = row[s.vocab - 1] = mx + 1.0f;
+      }
+      if (r % 3 == 1) row[(r * 31) % s.vocab] = std::nanf("");
+      if (r == 2) std::fill(row, row + s.vocab, std::nanf(""));
+    }
+    auto d_logits = Upload(logits, DType::kF32);
+    auto d_tokens = Poisoned(s.rows, DType::kF32);
+    ASSERT_CUDA_OK(kc::ArgmaxRows(static_cast<const float*>(d_logits.data()), s.rows, s.vocab,
+                                  s.stride, static_cast<int32_t*>(d_tokens.data()), nullptr));
+    const auto got = DownloadRaw<int32_t>(d_tokens, s.rows);
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < s.rows; ++r) {
+      const int32_t want =
+          r == 2 ? 0
+                 : sample::Argmax(std::span<const float>(logits.data() + r * s.stride, s.vocab));
+      if (got[r] != want && wrong++ < 5) {
+        ADD_FAILURE() << "vocab " << s.vocab << " row " << r << ": " << got[r] << " != " << want;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "vocab " << s.vocab;
+  }
+}
+
 TEST(CudaRandomFill, DeterministicBoundedAndSpread) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 1 << 20;

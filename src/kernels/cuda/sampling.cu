@@ -1,5 +1,7 @@
 #include <cfloat>
 
+#include <cooperative_groups.h>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/sampling.h"
 
@@ -311,13 +313,88 @@ struct Prefix {
   }
 };
 
-__global__ void __launch_bounds__(kThreads)
-    ArgmaxKernel(const float* logits, int64_t vocab, int64_t stride, int32_t* tokens) {
+// Greedy choice of one row per cluster: CTA `rank` takes the rank-th slice of the row (runs of
+// kArgmaxSliceAlign tokens, so that slices start 16-byte aligned when rows are), then rank 0
+// combines the slices' (value, index) pairs through distributed shared memory. The order of
+// Better makes the result independent of how the row is split.
+constexpr int kArgmaxCluster = 8, kArgmaxThreads = 512, kArgmaxSliceAlign = 4;
+
+__global__ void __cluster_dims__(kArgmaxCluster, 1, 1) __launch_bounds__(kArgmaxThreads)
+    ArgmaxKernel(const float* logits, int64_t rows, int64_t vocab, int64_t stride, bool vec4,
+                 int32_t* tokens) {
+  namespace cg = cooperative_groups;
+  __shared__ float red_v[kArgmaxThreads / 32];
+  __shared__ int32_t red_i[kArgmaxThreads / 32];
+  __shared__ float slice_v;
+  __shared__ int32_t slice_i;
   WaitForPrerequisites();
   AllowDependents();
-  __shared__ Reduce sh;
-  const int32_t best = RowArgmax(logits + blockIdx.x * stride, vocab, sh);
-  if (threadIdx.x == 0) tokens[blockIdx.x] = best;
+  cg::cluster_group cluster = cg::this_cluster();
+  const auto rank = static_cast<int64_t>(cluster.block_rank());
+  const int64_t per = (vocab + kArgmaxCluster * kArgmaxSliceAlign - 1) /
+                      (kArgmaxCluster * kArgmaxSliceAlign) * kArgmaxSliceAlign;
+  const int64_t begin = rank * per, end = begin + per < vocab ? begin + per : vocab;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float* row = logits + r * stride;
+    float best = -INFINITY;
+    int32_t best_i = INT32_MAX;
+    auto consider = [&](float v, int64_t i) {
+      if (!isnan(v) && Better(v, static_cast<int32_t>(i), best, best_i)) {
+        best = v;
+        best_i = static_cast<int32_t>(i);
+      }
+    };
+    int64_t i = begin + static_cast<int64_t>(threadIdx.x) * 4;
+    if (vec4) {  // whole float4s of the slice, then its tail
+      for (; i + 4 <= end; i += kArgmaxThreads * 4) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(row + i));
+        consider(v.x, i);
+        consider(v.y, i + 1);
+        consider(v.z, i + 2);
+        consider(v.w, i + 3);
+      }
+    }
+    for (; i < end; i += kArgmaxThreads * 4) {
+      for (int64_t j = i; j < i + 4 && j < end; ++j) consider(row[j], j);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v = __shfl_xor_sync(kFull, best, o);
+      const int32_t b = __shfl_xor_sync(kFull, best_i, o);
+      if (Better(v, b, best, best_i)) {
+        best = v;
+        best_i = b;
+      }
+    }
+    if ((threadIdx.x & 31) == 0) {
+      red_v[threadIdx.x >> 5] = best;
+      red_i[threadIdx.x >> 5] = best_i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kArgmaxThreads / 32; ++w) {
+        if (Better(red_v[w], red_i[w], best, best_i)) {
+          best = red_v[w];
+          best_i = red_i[w];
+        }
+      }
+      slice_v = best;
+      slice_i = best_i;
+    }
+    cluster.sync();
+    if (rank == 0 && threadIdx.x == 0) {
+      for (int c = 1; c < kArgmaxCluster; ++c) {
+        const float v = *cluster.map_shared_rank(&slice_v, c);
+        const int32_t b = *cluster.map_shared_rank(&slice_i, c);
+        if (Better(v, b, best, best_i)) {
+          best = v;
+          best_i = b;
+        }
+      }
+      tokens[r] = best_i == INT32_MAX ? 0 : best_i;  // a row of NaN only still names a token
+    }
+    cluster.sync();  // rank 0 has read the slices before they are overwritten or freed
+  }
 }
 
 // Disallowed tokens of rows with a grammar mask get -inf.
@@ -594,8 +671,15 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleRowsParams p) {
 int ArgmaxRows(const float* logits, int64_t rows, int64_t vocab, int64_t stride, int32_t* tokens,
                void* stream) {
   if (rows == 0) return 0;
-  return LaunchDependent(ArgmaxKernel, static_cast<unsigned>(rows), kThreads, 0,
-                         static_cast<cudaStream_t>(stream), logits, vocab, stride, tokens);
+  if (rows < 0 || vocab <= 0 || vocab > INT32_MAX || stride < vocab || logits == nullptr ||
+      tokens == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const bool vec4 = stride % 4 == 0 && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
+  return LaunchDependent(ArgmaxKernel,
+                         dim3(kArgmaxCluster, static_cast<unsigned>(rows < 65535 ? rows : 65535)),
+                         kArgmaxThreads, 0, static_cast<cudaStream_t>(stream), logits, rows, vocab,
+                         stride, vec4, tokens);
 }
 
 int SampleRows(const SampleRowsParams& p, void* stream) {

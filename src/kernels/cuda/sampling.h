@@ -25,7 +25,8 @@
 
 namespace dinfer::kernels::cuda {
 
-// tokens[r] = argmax(logits[r, :vocab]); logits f32 [rows, stride].
+// tokens[r] = argmax(logits[r, :vocab]); logits f32 [rows, stride]. A cluster of CTAs a row (a
+// 129K vocabulary in a few microseconds); any rows, vocab and stride >= vocab.
 int ArgmaxRows(const float* logits, int64_t rows, int64_t vocab, int64_t stride, int32_t* tokens,
                void* stream);
 
