@@ -83,8 +83,9 @@ class SparseSetup {
   }
 
   // Runs one step on both sides; returns the relative error of the GPU output (and checks the
-  // window plane that the GPU wrote).
-  double Step(const std::vector<SeqChunk>& chunks, std::mt19937& rng) {
+  // window plane that the GPU wrote). With `repeat` the GPU runs the step a second time and must
+  // give bit-identical output (deterministic merge; nothing left over from the first launch).
+  double Step(const std::vector<SeqChunk>& chunks, std::mt19937& rng, bool repeat = false) {
     const int64_t d = c_.dim, hd = c_.heads * d;
     std::vector<int32_t> token_seq, positions;
     for (const SeqChunk& ch : chunks) {
@@ -197,6 +198,13 @@ class SparseSetup {
     }
     EXPECT_EQ(kc::V4SparseAttention(p, nullptr), 0);
     auto got_all = Download(d_out, tokens * out_stride, c_.out);
+    if (repeat) {
+      auto d_out2 = Poisoned(tokens * out_stride, c_.out);
+      p.out = d_out2.data();
+      EXPECT_EQ(kc::V4SparseAttention(p, nullptr), 0);
+      const auto again = Download(d_out2, tokens * out_stride, c_.out);
+      EXPECT_TRUE(again == got_all) << "a second launch differs";
+    }
     std::vector<float> got(tokens * hd);
     for (int64_t t = 0; t < tokens; ++t) {
       std::copy_n(got_all.begin() + t * out_stride, hd, got.begin() + t * hd);
@@ -323,6 +331,67 @@ INSTANTIATE_TEST_SUITE_P(
       return s;
     });
 
+// Decode steps: every sequence has one token (num_tokens == num_seqs), so the tensor-core kernel
+// writes the window keys itself and reads each token's own key from kv; with splits, up to 8
+// splits of a token are merged inside a cluster. A batch of sequences at different depths
+// (position 0 included), then a single sequence (one token: the most splits), each continued by
+// a second step over the keys the first wrote; the single sequence's steps run twice.
+class V4SparseAttentionDecodeTest : public ::testing::TestWithParam<SparseCase> {};
+
+TEST_P(V4SparseAttentionDecodeTest, MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const SparseCase c = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(c.heads * 37 + c.dim * 5 + c.max_splits +
+                                         static_cast<int>(c.mode) * 100 + 9));
+  const double tol = SparseTolerance(c);
+  const int32_t deep = c.mode == Mode::kAll && c.rate >= 128 ? 1900 : 700;
+  {
+    std::vector<SeqChunk> step1 = {{0, deep, 1}, {1, 0, 1},   {2, 5, 1},
+                                   {3, 129, 1},  {4, 300, 1}, {5, 1000, 1}};
+    SparseSetup setup(c, static_cast<int64_t>(step1.size()), 2048, rng);
+    const double e1 = setup.Step(step1, rng);
+    EXPECT_LT(e1, tol) << "batch step 1";
+    for (SeqChunk& ch : step1) ch.start += 1;
+    const double e2 = setup.Step(step1, rng);
+    EXPECT_LT(e2, tol) << "batch step 2";
+    std::printf("[%s] batch: rel error %.3g, %.3g (tolerance %.0e)\n", c.name, e1, e2, tol);
+  }
+  {
+    SparseSetup setup(c, 1, 2048, rng);
+    const double e1 = setup.Step({{0, deep, 1}}, rng, /*repeat=*/true);
+    EXPECT_LT(e1, tol) << "single step 1";
+    const double e2 = setup.Step({{0, deep + 1, 1}}, rng, /*repeat=*/true);
+    EXPECT_LT(e2, tol) << "single step 2";
+    std::printf("[%s] single: rel error %.3g, %.3g (tolerance %.0e)\n", c.name, e1, e2, tol);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DecodeShapes, V4SparseAttentionDecodeTest,
+    ::testing::Values(SparseCase{"tiny decode all bf16 split", 4, 64, 16, B, B, B, Mode::kAll, 4, 0,
+                                 20, 16, 8},
+                      SparseCase{"tiny decode selected bf16-planes f32-q", 4, 64, 16, F, B, F,
+                                 Mode::kSelected, 4, 12, 20, 16, 0},
+                      SparseCase{"tiny decode window f32 split", 4, 64, 16, F, F, F, Mode::kWindow,
+                                 0, 0, 20, 16, 8},
+                      SparseCase{"72x128 decode selected bf16 split", 72, 128, 64, B, B, B,
+                                 Mode::kSelected, 4, 40, 64, 16, 8},
+                      SparseCase{"256 decode window bf16 split", 8, 256, 32, B, B, B, Mode::kWindow,
+                                 0, 0, 300, 32, 16},
+                      SparseCase{"v4 decode selected bf16 split", 64, 512, 64, B, B, B,
+                                 Mode::kSelected, 4, 512, 128, 64, 8},
+                      SparseCase{"v4 decode selected bf16", 64, 512, 64, B, B, B, Mode::kSelected,
+                                 4, 512, 128, 64, 0},
+                      SparseCase{"v4 decode all rate128 f32-q f32-out split", 64, 512, 64, F, B, F,
+                                 Mode::kAll, 128, 0, 128, 64, 16}),
+    [](const ::testing::TestParamInfo<SparseCase>& info) {
+      std::string s = info.param.name;
+      for (char& ch : s) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return s;
+    });
+
 TEST(V4SparseAttentionParamsTest, RejectsInvalid) {
   SKIP_WITHOUT_GPU();
   kc::V4SparseAttentionParams p;
@@ -337,7 +406,8 @@ TEST(V4SparseAttentionParamsTest, RejectsInvalid) {
 }
 
 // Decode timings at V4 shapes: window 128 + 512 selected entries (rate 4), and window 128 + all
-// 512 entries of a 64K context (rate 128); 1 and 64 tokens, each its own sequence.
+// 512 entries of a 64K context (rate 128); 1 and 64 tokens, each its own sequence; no splits, 8
+// (the GPU runner's) and 16. Each configuration is also replayed from a CUDA graph.
 TEST(V4SparseAttentionTiming, V4Decode) {
   SKIP_WITHOUT_GPU();
   constexpr int64_t kHeads = 64, kDim = 512, kRot = 64, kBlock = 64, kWindow = 128;
@@ -351,7 +421,12 @@ TEST(V4SparseAttentionTiming, V4Decode) {
     const int64_t max_blocks = pos / kBlock + 1, cmax = pos / cbs + 1;
     for (const int64_t tokens : {int64_t{1}, int64_t{64}}) {
       std::vector<int32_t> tables(tokens * max_blocks), ctables(tokens * cmax);
-      for (auto& b : tables) b = static_cast<int32_t>(rng() % kPhysBlocks);
+      // Each token's own block (the one its key is written to) is its alone, so that the output
+      // does not depend on the order of the writes (the graph replay below compares bits).
+      for (auto& b : tables) b = static_cast<int32_t>(tokens + rng() % (kPhysBlocks - tokens));
+      for (int64_t t = 0; t < tokens; ++t) {
+        tables[t * max_blocks + pos / kBlock] = static_cast<int32_t>(t);
+      }
       for (auto& b : ctables) b = static_cast<int32_t>(rng() % kPhysBlocks);
       std::vector<int32_t> seq(tokens), positions(tokens, pos), selected(tokens * 512);
       std::iota(seq.begin(), seq.end(), 0);
@@ -404,7 +479,7 @@ TEST(V4SparseAttentionTiming, V4Decode) {
       }
       p.inv_freq = static_cast<const float*>(d_inv.data());
       p.rotary_dim = kRot;
-      for (const int64_t splits : {int64_t{0}, kMaxSplits}) {
+      for (const int64_t splits : {int64_t{0}, int64_t{8}, kMaxSplits}) {
         p.workspace = splits > 0 ? static_cast<float*>(d_ws.data()) : nullptr;
         p.max_splits = splits;
         auto stream = cuda::Stream::Create();
@@ -427,6 +502,19 @@ TEST(V4SparseAttentionTiming, V4Decode) {
                     static_cast<long>(tokens), static_cast<long>(splits), us, bytes / us * 1e-3);
         const auto out = Download(d_out, tokens * kHeads * kDim, DType::kBF16);
         for (const float v : out) ASSERT_TRUE(std::isfinite(v));
+        // Captured in a CUDA graph and replayed twice, the op gives the eager output bit for bit.
+        auto d_out_graph = Poisoned(tokens * kHeads * kDim, DType::kBF16);
+        kc::V4SparseAttentionParams pg = p;
+        pg.out = d_out_graph.data();
+        ASSERT_TRUE(cuda::Graph::BeginCapture(*stream).ok());
+        const int captured = kc::V4SparseAttention(pg, stream->get());
+        auto graph = cuda::Graph::EndCapture(*stream);
+        ASSERT_CUDA_OK(captured);
+        ASSERT_TRUE(graph.ok());
+        for (int i = 0; i < 2; ++i) ASSERT_TRUE(graph->Launch(*stream).ok());
+        ASSERT_TRUE(stream->Synchronize().ok());
+        EXPECT_TRUE(Download(d_out_graph, tokens * kHeads * kDim, DType::kBF16) == out)
+            << "graph replay differs from the eager launch";
       }
     }
   }
