@@ -344,7 +344,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Decode steps: every sequence has one token (num_tokens == num_seqs), so the tensor-core kernel
-// writes the window keys itself and reads each token's own key from kv; with splits, up to 8
+// writes the window keys itself and reads each token's own key from kv; with splits, up to 16
 // splits of a token are merged inside a cluster. A batch of sequences at different depths
 // (position 0 included), then a single sequence (one token: the most splits), each continued by
 // a second step over the keys the first wrote; the single sequence's steps run twice.
@@ -394,6 +394,12 @@ INSTANTIATE_TEST_SUITE_P(
                                  Mode::kSelected, 4, 512, 128, 64, 8},
                       SparseCase{"v4 decode selected bf16", 64, 512, 64, B, B, B, Mode::kSelected,
                                  4, 512, 128, 64, 0},
+                      // max_splits 16 (the GPU runner's): 1020 keys give 16 splits, a cluster of
+                      // 16 (more splits than heads); V4's 640 keys give 10.
+                      SparseCase{"tiny decode selected bf16 split16", 4, 64, 16, B, B, B,
+                                 Mode::kSelected, 4, 1000, 20, 16, 16},
+                      SparseCase{"v4 decode selected bf16 split16", 64, 512, 64, B, B, B,
+                                 Mode::kSelected, 4, 512, 128, 64, 16},
                       SparseCase{"v4 decode all rate128 f32-q f32-out split", 64, 512, 64, F, B, F,
                                  Mode::kAll, 128, 0, 128, 64, 16}),
     [](const ::testing::TestParamInfo<SparseCase>& info) {
@@ -417,32 +423,54 @@ TEST(V4SparseAttentionParamsTest, RejectsInvalid) {
   EXPECT_EQ(kc::V4SparseAttention(p, nullptr), 0);
 }
 
-// Decode timings at V4 shapes: window 128 + 512 selected entries (rate 4), and window 128 + all
-// 512 entries of a 64K context (rate 128); 1 and 64 tokens, each its own sequence; no splits, 8
-// (the GPU runner's) and 16. Each configuration is also replayed from a CUDA graph.
+// Timings at V4 shapes: window 128 + 512 selected entries (rate 4), and window 128 + all 512
+// entries of a 64K context (rate 128). Decode: 1 and 64 tokens, each its own sequence, with no
+// splits, max_splits 8 and 16 (the GPU runner's), and at 16 also with the window-key write as a
+// kernel of its own (num_seqs 0 turns the fused write off). Prefill: one sequence of 512 tokens
+// (the runner passes no workspace for steps over 256 tokens). Each configuration runs eagerly and
+// as a CUDA graph of kChain launches (no host launch cost: the time of the op in a chain of
+// kernels, as in a decode step); the graph's output equals the eager one bit for bit.
 TEST(V4SparseAttentionTiming, V4Decode) {
   SKIP_WITHOUT_GPU();
   constexpr int64_t kHeads = 64, kDim = 512, kRot = 64, kBlock = 64, kWindow = 128;
   constexpr int64_t kPhysBlocks = 1024;  // tables alias a pool of blocks (content is irrelevant)
+  constexpr int64_t kPrefill = 512;
   std::mt19937 rng(7);
   auto d_window = Upload(Random(kPhysBlocks * kBlock * kDim, rng, 0.5f), DType::kBF16);
   auto d_comp = Upload(Random(kPhysBlocks * kBlock * kDim / 4, rng, 0.5f), DType::kBF16);
+  struct Config {
+    int64_t splits;
+    bool fused;
+  };
   for (const bool all : {false, true}) {
     const int64_t rate = all ? 128 : 4, cbs = std::max(kBlock, rate), rpb = cbs / rate;
-    const int32_t pos = all ? 65535 : 8191;
+    const int32_t pos = all ? 65535 : 8191;  // the last token's position
     const int64_t max_blocks = pos / kBlock + 1, cmax = pos / cbs + 1;
-    for (const int64_t tokens : {int64_t{1}, int64_t{64}}) {
-      std::vector<int32_t> tables(tokens * max_blocks), ctables(tokens * cmax);
-      // Each token's own block (the one its key is written to) is its alone, so that the output
-      // does not depend on the order of the writes (the graph replay below compares bits).
-      for (auto& b : tables) b = static_cast<int32_t>(tokens + rng() % (kPhysBlocks - tokens));
-      for (int64_t t = 0; t < tokens; ++t) {
-        tables[t * max_blocks + pos / kBlock] = static_cast<int32_t>(t);
+    for (const int64_t tokens : {int64_t{1}, int64_t{64}, kPrefill}) {
+      const bool prefill = tokens == kPrefill;
+      const int64_t seqs = prefill ? 1 : tokens;
+      std::vector<int32_t> tables(seqs * max_blocks), ctables(seqs * cmax);
+      // The blocks the step writes keys to are the step's alone (ids below `own`), so that the
+      // output does not depend on the order of the writes (the graph replay compares bits).
+      const int64_t own = prefill ? kPrefill / kBlock : tokens;
+      for (auto& b : tables) b = static_cast<int32_t>(own + rng() % (kPhysBlocks - own));
+      for (int64_t s = 0; s < seqs; ++s) {
+        const int64_t first = prefill ? (pos - kPrefill + 1) / kBlock : pos / kBlock;
+        for (int64_t b = first; b <= pos / kBlock; ++b) {
+          tables[s * max_blocks + b] = static_cast<int32_t>(prefill ? b - first : s);
+        }
       }
       for (auto& b : ctables) b = static_cast<int32_t>(rng() % kPhysBlocks);
-      std::vector<int32_t> seq(tokens), positions(tokens, pos), selected(tokens * 512);
-      std::iota(seq.begin(), seq.end(), 0);
-      for (auto& s : selected) s = static_cast<int32_t>(rng() % ((pos + 1) / rate));
+      std::vector<int32_t> seq(tokens), positions(tokens), selected(tokens * 512);
+      for (int64_t t = 0; t < tokens; ++t) {
+        seq[t] = static_cast<int32_t>(prefill ? 0 : t);
+        positions[t] = static_cast<int32_t>(prefill ? pos - kPrefill + 1 + t : pos);
+      }
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t i = 0; i < 512; ++i) {
+          selected[t * 512 + i] = static_cast<int32_t>(rng() % ((positions[t] + 1) / rate));
+        }
+      }
       auto d_q = Upload(Random(tokens * kHeads * kDim, rng), DType::kBF16);
       auto d_kv = Upload(Random(tokens * kDim, rng), DType::kF32);
       auto d_out = Poisoned(tokens * kHeads * kDim, DType::kBF16);
@@ -465,7 +493,6 @@ TEST(V4SparseAttentionTiming, V4Decode) {
       p.out_dtype = DType::kBF16;
       p.out_stride = kHeads * kDim;
       p.num_tokens = tokens;
-      p.num_seqs = tokens;
       p.num_heads = kHeads;
       p.head_dim = kDim;
       p.scale = 1.0f / std::sqrt(static_cast<float>(kDim));
@@ -491,9 +518,12 @@ TEST(V4SparseAttentionTiming, V4Decode) {
       }
       p.inv_freq = static_cast<const float*>(d_inv.data());
       p.rotary_dim = kRot;
-      for (const int64_t splits : {int64_t{0}, int64_t{8}, kMaxSplits}) {
-        p.workspace = splits > 0 ? static_cast<float*>(d_ws.data()) : nullptr;
-        p.max_splits = splits;
+      std::vector<Config> configs = {{0, false}};  // prefill: the write is separate anyway
+      if (!prefill) configs = {{0, true}, {8, true}, {kMaxSplits, true}, {kMaxSplits, false}};
+      for (const Config& cf : configs) {
+        p.workspace = cf.splits > 0 ? static_cast<float*>(d_ws.data()) : nullptr;
+        p.max_splits = cf.splits;
+        p.num_seqs = cf.fused ? seqs : 0;
         auto stream = cuda::Stream::Create();
         ASSERT_TRUE(stream.ok());
         auto e0 = cuda::Event::Create(true), e1 = cuda::Event::Create(true);
@@ -507,24 +537,39 @@ TEST(V4SparseAttentionTiming, V4Decode) {
         auto ms = cuda::Event::ElapsedMs(*e0, *e1);
         ASSERT_TRUE(ms.ok());
         const double us = *ms * 1000.0 / kIters;
-        // Bytes that must move: each token's 640 key rows, its q and its output.
-        const double bytes = tokens * (640.0 * kDim * 2 + 2.0 * kHeads * kDim * 2);
-        std::printf("[v4 decode %s] tokens %ld, max_splits %ld: %.1f us, %.0f GB/s\n",
-                    all ? "window128+all512(rate128)" : "window128+sel512(rate4)",
-                    static_cast<long>(tokens), static_cast<long>(splits), us, bytes / us * 1e-3);
         const auto out = Download(d_out, tokens * kHeads * kDim, DType::kBF16);
         for (const float v : out) ASSERT_TRUE(std::isfinite(v));
-        // Captured in a CUDA graph and replayed twice, the op gives the eager output bit for bit.
+        // A graph of kChain launches, replayed: the time of one launch without host cost, and
+        // the same output as the eager launches.
+        constexpr int kChain = 20, kReplays = 5;
         auto d_out_graph = Poisoned(tokens * kHeads * kDim, DType::kBF16);
         kc::V4SparseAttentionParams pg = p;
         pg.out = d_out_graph.data();
         ASSERT_TRUE(cuda::Graph::BeginCapture(*stream).ok());
-        const int captured = kc::V4SparseAttention(pg, stream->get());
+        int captured = 0;
+        for (int i = 0; i < kChain && captured == 0; ++i) {
+          captured = kc::V4SparseAttention(pg, stream->get());
+        }
         auto graph = cuda::Graph::EndCapture(*stream);
         ASSERT_CUDA_OK(captured);
         ASSERT_TRUE(graph.ok());
-        for (int i = 0; i < 2; ++i) ASSERT_TRUE(graph->Launch(*stream).ok());
-        ASSERT_TRUE(stream->Synchronize().ok());
+        ASSERT_TRUE(graph->Launch(*stream).ok());  // warm
+        ASSERT_TRUE(e0->Record(*stream).ok());
+        for (int i = 0; i < kReplays; ++i) ASSERT_TRUE(graph->Launch(*stream).ok());
+        ASSERT_TRUE(e1->Record(*stream).ok());
+        ASSERT_TRUE(e1->Synchronize().ok());
+        auto graph_ms = cuda::Event::ElapsedMs(*e0, *e1);
+        ASSERT_TRUE(graph_ms.ok());
+        const double graph_us = *graph_ms * 1000.0 / (kReplays * kChain);
+        // Bytes that must move: each token's 640 key rows, its q and its output.
+        const double bytes = tokens * (640.0 * kDim * 2 + 2.0 * kHeads * kDim * 2);
+        std::printf(
+            "[v4 %s %s] tokens %ld, max_splits %ld, %s write: %.1f us eager, %.1f us in a graph "
+            "(%.0f GB/s)\n",
+            prefill ? "prefill" : "decode",
+            all ? "window128+all512(rate128)" : "window128+sel512(rate4)",
+            static_cast<long>(tokens), static_cast<long>(cf.splits),
+            cf.fused ? "fused" : "separate", us, graph_us, bytes / graph_us * 1e-3);
         EXPECT_TRUE(SameBits(Download(d_out_graph, tokens * kHeads * kDim, DType::kBF16), out))
             << "graph replay differs from the eager launch";
       }

@@ -35,8 +35,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMaxSplits = 64;
 constexpr int kMaxHeadDim = 1024;
-// Splits of the tensor-core kernel merged inside a thread-block cluster (portable cluster size).
-constexpr int kMaxClusterSplits = 8;
+// Splits of the tensor-core kernel merged inside a thread-block cluster: up to 16 (a non-portable
+// cluster size, which Hopper allows: one CTA an SM, 16 SMs of a GPC); fewer where they do not fit.
+constexpr int kMaxClusterSplits = 16;
 // Key codes besides rows: a masked key, and (fused write) the token's own key, read from kv.
 constexpr int64_t kMasked = -1, kOwnKey = -2;
 
@@ -736,10 +737,23 @@ int Multiprocessors() {
   return n;
 }
 
+// CTAs that key splits aim at: the tensor-core kernel fits one CTA an SM, the f32 kernel four. A
+// step splits only into splits ≤ SplitTarget / CTAs a split (tokens × head groups, or tokens ×
+// heads), so tokens × splits ≤ SplitTarget(false) whenever there are two or more.
+int64_t SplitTarget(bool tc) { return (tc ? 1 : 4) * static_cast<int64_t>(Multiprocessors()); }
+
+// The kernel's shared memory (and for clusters, sizes past the portable 8) allowed, once.
 template <int D, bool kCluster>
-cudaError_t SetTcSmem() {
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      TcKernel<D, kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize, TcConfig<D>::kSmem);
+cudaError_t SetTcAttributes() {
+  static const cudaError_t attr = [] {
+    cudaError_t e = cudaFuncSetAttribute(
+        TcKernel<D, kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize, TcConfig<D>::kSmem);
+    if (e == cudaSuccess && kCluster) {
+      e = cudaFuncSetAttribute(TcKernel<D, kCluster>,
+                               cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
+    return e;
+  }();
   return attr;
 }
 
@@ -748,7 +762,7 @@ template <int D, bool kCluster>
 cudaError_t LaunchTc(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
                      cudaStream_t stream) {
   using C = TcConfig<D>;
-  const cudaError_t attr = SetTcSmem<D, kCluster>();
+  const cudaError_t attr = SetTcAttributes<D, kCluster>();
   if (attr != cudaSuccess) return attr;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
@@ -789,7 +803,7 @@ bool ClusterFits(int splits) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     const bool ok =
-        SetTcSmem<D, true>() == cudaSuccess &&
+        SetTcAttributes<D, true>() == cudaSuccess &&
         cudaOccupancyMaxActiveClusters(&clusters, TcKernel<D, true>, &cfg) == cudaSuccess &&
         clusters > 0;
     if (!ok) (void)cudaGetLastError();  // a failed query is not the stream's error
@@ -832,7 +846,10 @@ bool ClusterFitsDim(int64_t head_dim, int splits) {
 int64_t V4SparseAttentionWorkspaceFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                                          int64_t max_splits) {
   const int64_t splits = std::clamp<int64_t>(max_splits, 1, kMaxSplits);
-  return num_tokens * num_heads * splits * (head_dim + 2);
+  // Rows (token, split) of each head: the launcher splits only while tokens × splits ≤
+  // SplitTarget(f32) (see SplitTarget), so no more rows than that are ever used.
+  const int64_t rows = std::min(num_tokens * splits, SplitTarget(false));
+  return std::max<int64_t>(rows, 0) * num_heads * (head_dim + 2);
 }
 
 int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
@@ -891,8 +908,7 @@ int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
   const int64_t head_groups = (p.num_heads + TcConfig<64>::kHeads - 1) / TcConfig<64>::kHeads;
   const int64_t ctas = p.num_tokens * (tc ? head_groups : p.num_heads);
   if (p.workspace != nullptr && p.max_splits > 1) {
-    const int64_t sms = Multiprocessors();
-    const int64_t target = tc ? sms : 4 * sms;
+    const int64_t target = SplitTarget(tc);
     const int64_t min_keys = tc ? 64 : 128;
     int64_t splits = target / ctas;
     splits = std::min({splits, std::min<int64_t>(p.max_splits, kMaxSplits),

@@ -25,13 +25,14 @@
 //  - Otherwise (any f32 plane, other head_dim up to 1024): one CTA per (token, head, split), f32
 //    throughout (errors ~1e-6 relative).
 // With workspace and max_splits > 1 each token's key list is split across CTAs (the count depends
-// only on num_tokens, max_splits, the SM count and the largest possible key list). The
-// tensor-core kernel takes at most 8 splits and launches each (token, head group)'s splits as one
+// only on num_tokens, max_splits, the SM count and the largest possible key list; at least 64 keys
+// a split, CTAs within one wave). The tensor-core kernel takes at most 16 splits (fewer where
+// clusters that large do not fit) and launches each (token, head group)'s splits as one
 // thread-block cluster: the splits leave their partial outputs in shared memory and merge them
 // through distributed shared memory (fixed order: deterministic), adding the sink and applying the
-// rotary (the workspace is then not touched; should clusters not fit, the workspace and a merge
-// kernel as below). The f32 kernel's splits go through the workspace and a merge kernel; without
-// splits the attention kernel finishes in place.
+// rotary (the workspace is then not touched; should the cluster launch fail, the workspace and a
+// merge kernel as below). The f32 kernel's splits go through the workspace and a merge kernel;
+// without splits the attention kernel finishes in place.
 // When num_tokens == num_seqs, every sequence must have exactly one token in the step (decode;
 // the GPU runner's padding tokens may share a slot): the tensor-core kernel then writes the keys
 // to the window plane itself and reads each token's own key from kv, so that no other kernel runs
@@ -86,7 +87,8 @@ struct V4SparseAttentionParams {
 };
 
 // Floats of workspace for up to max_splits splits: [tokens, heads, splits] rows of head_dim
-// partial outputs plus 2 stats each.
+// partial outputs plus 2 stats each, where tokens × splits never exceeds 4 × the SM count (the
+// launcher splits only that far), so the size is bounded whatever num_tokens and max_splits.
 int64_t V4SparseAttentionWorkspaceFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                                          int64_t max_splits);
 int V4SparseAttention(const V4SparseAttentionParams& p, void* stream);
