@@ -471,7 +471,8 @@ TEST(V4SparseAttentionTiming, V4Decode) {
           selected[t * 512 + i] = static_cast<int32_t>(rng() % ((positions[t] + 1) / rate));
         }
       }
-      auto d_q = Upload(Random(tokens * kHeads * kDim, rng), DType::kBF16);
+      // q in f32, as the GPU runner passes it.
+      auto d_q = Upload(Random(tokens * kHeads * kDim, rng), DType::kF32);
       auto d_kv = Upload(Random(tokens * kDim, rng), DType::kF32);
       auto d_out = Poisoned(tokens * kHeads * kDim, DType::kBF16);
       auto d_tables = UploadRaw(tables), d_ctables = UploadRaw(ctables);
@@ -485,7 +486,7 @@ TEST(V4SparseAttentionTiming, V4Decode) {
                            DType::kF32);
       kc::V4SparseAttentionParams p;
       p.q = d_q.data();
-      p.q_dtype = DType::kBF16;
+      p.q_dtype = DType::kF32;
       p.q_stride = kHeads * kDim;
       p.kv = static_cast<const float*>(d_kv.data());
       p.kv_stride = kDim;
@@ -561,8 +562,8 @@ TEST(V4SparseAttentionTiming, V4Decode) {
         auto graph_ms = cuda::Event::ElapsedMs(*e0, *e1);
         ASSERT_TRUE(graph_ms.ok());
         const double graph_us = *graph_ms * 1000.0 / (kReplays * kChain);
-        // Bytes that must move: each token's 640 key rows, its q and its output.
-        const double bytes = tokens * (640.0 * kDim * 2 + 2.0 * kHeads * kDim * 2);
+        // Bytes that must move: each token's 640 key rows, its q (f32) and its output (bf16).
+        const double bytes = tokens * (640.0 * kDim * 2 + 6.0 * kHeads * kDim);
         std::printf(
             "[v4 %s %s] tokens %ld, max_splits %ld, %s write: %.1f us eager, %.1f us in a graph "
             "(%.0f GB/s)\n",
