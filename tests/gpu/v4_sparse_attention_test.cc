@@ -7,7 +7,9 @@
 // without key splits and the inverse rotary. Also the write of the window keys, invalid params,
 // and timings of V4 decode shapes.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
 #include "backend/cuda/stream.h"
@@ -35,6 +37,12 @@ struct SparseCase {
 };
 
 std::ostream& operator<<(std::ostream& os, const SparseCase& c) { return os << c.name; }
+
+// Bit-for-bit equality of two downloads. (Not operator==: the poisoned columns past the heads
+// hold NaN, which never compares equal to itself.)
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 // A sequence's tokens of one step: positions [start, start + count).
 struct SeqChunk {
@@ -83,8 +91,9 @@ class SparseSetup {
   }
 
   // Runs one step on both sides; returns the relative error of the GPU output (and checks the
-  // window plane that the GPU wrote).
-  double Step(const std::vector<SeqChunk>& chunks, std::mt19937& rng) {
+  // window plane that the GPU wrote). With `repeat` the GPU runs the step a second time and must
+  // give bit-identical output (deterministic merge; nothing left over from the first launch).
+  double Step(const std::vector<SeqChunk>& chunks, std::mt19937& rng, bool repeat = false) {
     const int64_t d = c_.dim, hd = c_.heads * d;
     std::vector<int32_t> token_seq, positions;
     for (const SeqChunk& ch : chunks) {
@@ -197,10 +206,21 @@ class SparseSetup {
     }
     EXPECT_EQ(kc::V4SparseAttention(p, nullptr), 0);
     auto got_all = Download(d_out, tokens * out_stride, c_.out);
+    if (repeat) {
+      auto d_out2 = Poisoned(tokens * out_stride, c_.out);
+      p.out = d_out2.data();
+      EXPECT_EQ(kc::V4SparseAttention(p, nullptr), 0);
+      const auto again = Download(d_out2, tokens * out_stride, c_.out);
+      EXPECT_TRUE(SameBits(again, got_all)) << "a second launch differs";
+    }
     std::vector<float> got(tokens * hd);
+    int64_t written_past = 0;
     for (int64_t t = 0; t < tokens; ++t) {
       std::copy_n(got_all.begin() + t * out_stride, hd, got.begin() + t * hd);
+      for (int64_t i = hd; i < out_stride; ++i)
+        written_past += !std::isnan(got_all[t * out_stride + i]);
     }
+    EXPECT_EQ(written_past, 0) << "columns past the heads written";
     const auto plane = Download(d_window_, window_.size(), c_.plane);
     EXPECT_EQ(plane, window_) << "window plane after the key write";
     return RelError(got, want);
@@ -323,6 +343,73 @@ INSTANTIATE_TEST_SUITE_P(
       return s;
     });
 
+// Decode steps: every sequence has one token (num_tokens == num_seqs), so the tensor-core kernel
+// writes the window keys itself and reads each token's own key from kv; with splits, up to 16
+// splits of a token are merged inside a cluster. A batch of sequences at different depths
+// (position 0 included), then a single sequence (one token: the most splits), each continued by
+// a second step over the keys the first wrote; the single sequence's steps run twice.
+class V4SparseAttentionDecodeTest : public ::testing::TestWithParam<SparseCase> {};
+
+TEST_P(V4SparseAttentionDecodeTest, MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const SparseCase c = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(c.heads * 37 + c.dim * 5 + c.max_splits +
+                                         static_cast<int>(c.mode) * 100 + 9));
+  const double tol = SparseTolerance(c);
+  const int32_t deep = c.mode == Mode::kAll && c.rate >= 128 ? 1900 : 700;
+  {
+    std::vector<SeqChunk> step1 = {{0, deep, 1}, {1, 0, 1},   {2, 5, 1},
+                                   {3, 129, 1},  {4, 300, 1}, {5, 1000, 1}};
+    SparseSetup setup(c, static_cast<int64_t>(step1.size()), 2048, rng);
+    const double e1 = setup.Step(step1, rng);
+    EXPECT_LT(e1, tol) << "batch step 1";
+    for (SeqChunk& ch : step1) ch.start += 1;
+    const double e2 = setup.Step(step1, rng);
+    EXPECT_LT(e2, tol) << "batch step 2";
+    std::printf("[%s] batch: rel error %.3g, %.3g (tolerance %.0e)\n", c.name, e1, e2, tol);
+  }
+  {
+    SparseSetup setup(c, 1, 2048, rng);
+    const double e1 = setup.Step({{0, deep, 1}}, rng, /*repeat=*/true);
+    EXPECT_LT(e1, tol) << "single step 1";
+    const double e2 = setup.Step({{0, deep + 1, 1}}, rng, /*repeat=*/true);
+    EXPECT_LT(e2, tol) << "single step 2";
+    std::printf("[%s] single: rel error %.3g, %.3g (tolerance %.0e)\n", c.name, e1, e2, tol);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DecodeShapes, V4SparseAttentionDecodeTest,
+    ::testing::Values(SparseCase{"tiny decode all bf16 split", 4, 64, 16, B, B, B, Mode::kAll, 4, 0,
+                                 20, 16, 8},
+                      SparseCase{"tiny decode selected bf16-planes f32-q", 4, 64, 16, F, B, F,
+                                 Mode::kSelected, 4, 12, 20, 16, 0},
+                      SparseCase{"tiny decode window f32 split", 4, 64, 16, F, F, F, Mode::kWindow,
+                                 0, 0, 20, 16, 8},
+                      SparseCase{"72x128 decode selected bf16 split", 72, 128, 64, B, B, B,
+                                 Mode::kSelected, 4, 40, 64, 16, 8},
+                      SparseCase{"256 decode window bf16 split", 8, 256, 32, B, B, B, Mode::kWindow,
+                                 0, 0, 300, 32, 16},
+                      SparseCase{"v4 decode selected bf16 split", 64, 512, 64, B, B, B,
+                                 Mode::kSelected, 4, 512, 128, 64, 8},
+                      SparseCase{"v4 decode selected bf16", 64, 512, 64, B, B, B, Mode::kSelected,
+                                 4, 512, 128, 64, 0},
+                      // max_splits 16 (the GPU runner's): 1020 keys give 16 splits, a cluster of
+                      // 16 (more splits than heads); V4's 640 keys give 10.
+                      SparseCase{"tiny decode selected bf16 split16", 4, 64, 16, B, B, B,
+                                 Mode::kSelected, 4, 1000, 20, 16, 16},
+                      SparseCase{"v4 decode selected bf16 split16", 64, 512, 64, B, B, B,
+                                 Mode::kSelected, 4, 512, 128, 64, 16},
+                      SparseCase{"v4 decode all rate128 f32-q f32-out split", 64, 512, 64, F, B, F,
+                                 Mode::kAll, 128, 0, 128, 64, 16}),
+    [](const ::testing::TestParamInfo<SparseCase>& info) {
+      std::string s = info.param.name;
+      for (char& ch : s) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return s;
+    });
+
 TEST(V4SparseAttentionParamsTest, RejectsInvalid) {
   SKIP_WITHOUT_GPU();
   kc::V4SparseAttentionParams p;
@@ -336,27 +423,56 @@ TEST(V4SparseAttentionParamsTest, RejectsInvalid) {
   EXPECT_EQ(kc::V4SparseAttention(p, nullptr), 0);
 }
 
-// Decode timings at V4 shapes: window 128 + 512 selected entries (rate 4), and window 128 + all
-// 512 entries of a 64K context (rate 128); 1 and 64 tokens, each its own sequence.
+// Timings at V4 shapes: window 128 + 512 selected entries (rate 4), and window 128 + all 512
+// entries of a 64K context (rate 128). Decode: 1 and 64 tokens, each its own sequence, with no
+// splits, max_splits 8 and 16 (the GPU runner's), and at 16 also with the window-key write as a
+// kernel of its own (num_seqs 0 turns the fused write off). Prefill: one sequence of 512 tokens
+// (the runner passes no workspace for steps over 256 tokens). Each configuration runs eagerly and
+// as a CUDA graph of kChain launches (no host launch cost: the time of the op in a chain of
+// kernels, as in a decode step); the graph's output equals the eager one bit for bit.
 TEST(V4SparseAttentionTiming, V4Decode) {
   SKIP_WITHOUT_GPU();
   constexpr int64_t kHeads = 64, kDim = 512, kRot = 64, kBlock = 64, kWindow = 128;
   constexpr int64_t kPhysBlocks = 1024;  // tables alias a pool of blocks (content is irrelevant)
+  constexpr int64_t kPrefill = 512;
   std::mt19937 rng(7);
   auto d_window = Upload(Random(kPhysBlocks * kBlock * kDim, rng, 0.5f), DType::kBF16);
   auto d_comp = Upload(Random(kPhysBlocks * kBlock * kDim / 4, rng, 0.5f), DType::kBF16);
+  struct Config {
+    int64_t splits;
+    bool fused;
+  };
   for (const bool all : {false, true}) {
     const int64_t rate = all ? 128 : 4, cbs = std::max(kBlock, rate), rpb = cbs / rate;
-    const int32_t pos = all ? 65535 : 8191;
+    const int32_t pos = all ? 65535 : 8191;  // the last token's position
     const int64_t max_blocks = pos / kBlock + 1, cmax = pos / cbs + 1;
-    for (const int64_t tokens : {int64_t{1}, int64_t{64}}) {
-      std::vector<int32_t> tables(tokens * max_blocks), ctables(tokens * cmax);
-      for (auto& b : tables) b = static_cast<int32_t>(rng() % kPhysBlocks);
+    for (const int64_t tokens : {int64_t{1}, int64_t{64}, kPrefill}) {
+      const bool prefill = tokens == kPrefill;
+      const int64_t seqs = prefill ? 1 : tokens;
+      std::vector<int32_t> tables(seqs * max_blocks), ctables(seqs * cmax);
+      // The blocks the step writes keys to are the step's alone (ids below `own`), so that the
+      // output does not depend on the order of the writes (the graph replay compares bits).
+      const int64_t own = prefill ? kPrefill / kBlock : tokens;
+      for (auto& b : tables) b = static_cast<int32_t>(own + rng() % (kPhysBlocks - own));
+      for (int64_t s = 0; s < seqs; ++s) {
+        const int64_t first = prefill ? (pos - kPrefill + 1) / kBlock : pos / kBlock;
+        for (int64_t b = first; b <= pos / kBlock; ++b) {
+          tables[s * max_blocks + b] = static_cast<int32_t>(prefill ? b - first : s);
+        }
+      }
       for (auto& b : ctables) b = static_cast<int32_t>(rng() % kPhysBlocks);
-      std::vector<int32_t> seq(tokens), positions(tokens, pos), selected(tokens * 512);
-      std::iota(seq.begin(), seq.end(), 0);
-      for (auto& s : selected) s = static_cast<int32_t>(rng() % ((pos + 1) / rate));
-      auto d_q = Upload(Random(tokens * kHeads * kDim, rng), DType::kBF16);
+      std::vector<int32_t> seq(tokens), positions(tokens), selected(tokens * 512);
+      for (int64_t t = 0; t < tokens; ++t) {
+        seq[t] = static_cast<int32_t>(prefill ? 0 : t);
+        positions[t] = static_cast<int32_t>(prefill ? pos - kPrefill + 1 + t : pos);
+      }
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t i = 0; i < 512; ++i) {
+          selected[t * 512 + i] = static_cast<int32_t>(rng() % ((positions[t] + 1) / rate));
+        }
+      }
+      // q in f32, as the GPU runner passes it.
+      auto d_q = Upload(Random(tokens * kHeads * kDim, rng), DType::kF32);
       auto d_kv = Upload(Random(tokens * kDim, rng), DType::kF32);
       auto d_out = Poisoned(tokens * kHeads * kDim, DType::kBF16);
       auto d_tables = UploadRaw(tables), d_ctables = UploadRaw(ctables);
@@ -370,7 +486,7 @@ TEST(V4SparseAttentionTiming, V4Decode) {
                            DType::kF32);
       kc::V4SparseAttentionParams p;
       p.q = d_q.data();
-      p.q_dtype = DType::kBF16;
+      p.q_dtype = DType::kF32;
       p.q_stride = kHeads * kDim;
       p.kv = static_cast<const float*>(d_kv.data());
       p.kv_stride = kDim;
@@ -378,7 +494,6 @@ TEST(V4SparseAttentionTiming, V4Decode) {
       p.out_dtype = DType::kBF16;
       p.out_stride = kHeads * kDim;
       p.num_tokens = tokens;
-      p.num_seqs = tokens;
       p.num_heads = kHeads;
       p.head_dim = kDim;
       p.scale = 1.0f / std::sqrt(static_cast<float>(kDim));
@@ -404,9 +519,12 @@ TEST(V4SparseAttentionTiming, V4Decode) {
       }
       p.inv_freq = static_cast<const float*>(d_inv.data());
       p.rotary_dim = kRot;
-      for (const int64_t splits : {int64_t{0}, kMaxSplits}) {
-        p.workspace = splits > 0 ? static_cast<float*>(d_ws.data()) : nullptr;
-        p.max_splits = splits;
+      std::vector<Config> configs = {{0, false}};  // prefill: the write is separate anyway
+      if (!prefill) configs = {{0, true}, {8, true}, {kMaxSplits, true}, {kMaxSplits, false}};
+      for (const Config& cf : configs) {
+        p.workspace = cf.splits > 0 ? static_cast<float*>(d_ws.data()) : nullptr;
+        p.max_splits = cf.splits;
+        p.num_seqs = cf.fused ? seqs : 0;
         auto stream = cuda::Stream::Create();
         ASSERT_TRUE(stream.ok());
         auto e0 = cuda::Event::Create(true), e1 = cuda::Event::Create(true);
@@ -420,13 +538,41 @@ TEST(V4SparseAttentionTiming, V4Decode) {
         auto ms = cuda::Event::ElapsedMs(*e0, *e1);
         ASSERT_TRUE(ms.ok());
         const double us = *ms * 1000.0 / kIters;
-        // Bytes that must move: each token's 640 key rows, its q and its output.
-        const double bytes = tokens * (640.0 * kDim * 2 + 2.0 * kHeads * kDim * 2);
-        std::printf("[v4 decode %s] tokens %ld, max_splits %ld: %.1f us, %.0f GB/s\n",
-                    all ? "window128+all512(rate128)" : "window128+sel512(rate4)",
-                    static_cast<long>(tokens), static_cast<long>(splits), us, bytes / us * 1e-3);
         const auto out = Download(d_out, tokens * kHeads * kDim, DType::kBF16);
         for (const float v : out) ASSERT_TRUE(std::isfinite(v));
+        // A graph of kChain launches, replayed: the time of one launch without host cost, and
+        // the same output as the eager launches.
+        constexpr int kChain = 20, kReplays = 5;
+        auto d_out_graph = Poisoned(tokens * kHeads * kDim, DType::kBF16);
+        kc::V4SparseAttentionParams pg = p;
+        pg.out = d_out_graph.data();
+        ASSERT_TRUE(cuda::Graph::BeginCapture(*stream).ok());
+        int captured = 0;
+        for (int i = 0; i < kChain && captured == 0; ++i) {
+          captured = kc::V4SparseAttention(pg, stream->get());
+        }
+        auto graph = cuda::Graph::EndCapture(*stream);
+        ASSERT_CUDA_OK(captured);
+        ASSERT_TRUE(graph.ok());
+        ASSERT_TRUE(graph->Launch(*stream).ok());  // warm
+        ASSERT_TRUE(e0->Record(*stream).ok());
+        for (int i = 0; i < kReplays; ++i) ASSERT_TRUE(graph->Launch(*stream).ok());
+        ASSERT_TRUE(e1->Record(*stream).ok());
+        ASSERT_TRUE(e1->Synchronize().ok());
+        auto graph_ms = cuda::Event::ElapsedMs(*e0, *e1);
+        ASSERT_TRUE(graph_ms.ok());
+        const double graph_us = *graph_ms * 1000.0 / (kReplays * kChain);
+        // Bytes that must move: each token's 640 key rows, its q (f32) and its output (bf16).
+        const double bytes = tokens * (640.0 * kDim * 2 + 6.0 * kHeads * kDim);
+        std::printf(
+            "[v4 %s %s] tokens %ld, max_splits %ld, %s write: %.1f us eager, %.1f us in a graph "
+            "(%.0f GB/s)\n",
+            prefill ? "prefill" : "decode",
+            all ? "window128+all512(rate128)" : "window128+sel512(rate4)",
+            static_cast<long>(tokens), static_cast<long>(cf.splits),
+            cf.fused ? "fused" : "separate", us, graph_us, bytes / graph_us * 1e-3);
+        EXPECT_TRUE(SameBits(Download(d_out_graph, tokens * kHeads * kDim, DType::kBF16), out))
+            << "graph replay differs from the eager launch";
       }
     }
   }

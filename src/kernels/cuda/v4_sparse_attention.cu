@@ -12,7 +12,17 @@
 // warps of a head tile hold bit-identical scores and softmax states. P (bf16) times the tile's
 // rows, in the warp's dim quarter, accumulates into its O (16 × D/4 f32 in registers). The mma
 // fragment layout gives each thread adjacent dims (2i, 2i + 1): the rotary pairs.
+//
+// A CTA's critical path at decode: the first round's row lookup (one key a thread), its first
+// tiles' cp.async, then Q and (fused write) the token's key while those are in flight. Split
+// CTAs of one (token, head group) launched as a cluster end by storing their normalised partial
+// O and (max, sum) in their own shared memory; after a cluster barrier CTA `rank` merges heads
+// rank, rank + S, ... reading every split's partials through distributed shared memory in split
+// order, then a second barrier keeps the shared memory alive until all have read it.
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "kernels/cuda/mma.cuh"
@@ -25,6 +35,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMaxSplits = 64;
 constexpr int kMaxHeadDim = 1024;
+// Splits of the tensor-core kernel merged inside a thread-block cluster: up to 16 (a non-portable
+// cluster size, which Hopper allows: one CTA an SM, 16 SMs of a GPC); fewer where they do not fit.
+constexpr int kMaxClusterSplits = 16;
+// Key codes besides rows: a masked key, and (fused write) the token's own key, read from kv.
+constexpr int64_t kMasked = -1, kOwnKey = -2;
 
 // What the launcher derives from the params (passed with them).
 struct Derived {
@@ -32,6 +47,9 @@ struct Derived {
   int64_t cmax = 0, cbs = 0;
   int splits = 1;
   bool q_vec = false;  // q rows may be read 16 bytes at a time
+  // One token a sequence: the tensor-core kernel writes the window keys itself (split 0 of head
+  // group 0) and reads each token's own key from kv, so no separate write kernel runs.
+  bool fuse_write = false;
 };
 
 // A token's key list (see the header comment).
@@ -61,8 +79,8 @@ struct KeyList {
   __device__ __forceinline__ int64_t Code(const V4SparseAttentionParams& p, const Derived& dv,
                                           int k) const {
     if (k < nw) {
-      const int64_t j = lo + k;
-      return (static_cast<int64_t>(table[j / p.block_size]) * p.block_size + j % p.block_size) << 1;
+      const int j = lo + k, bs = static_cast<int>(p.block_size);  // positions are int32
+      return (static_cast<int64_t>(table[j / bs]) * bs + j % bs) << 1;
     }
     const int c = k - nw;
     const int64_t w = sel != nullptr ? sel[c] : c;
@@ -141,10 +159,9 @@ __device__ __forceinline__ float LoadElem(const void* base, DType dtype, int64_t
 }
 
 // ---- 1. The step's keys into the window plane. ----
-__global__ void WriteWindowKernel(V4SparseAttentionParams p) {
-  WaitForPrerequisites();
-  const int64_t t = blockIdx.x;
-  const int64_t pos = p.positions[t];
+// Token t's key into its window slot, by the CTA's threads.
+__device__ __forceinline__ void StoreWindowKey(const V4SparseAttentionParams& p, int64_t t,
+                                               int64_t pos) {
   const int32_t* table =
       p.block_tables + static_cast<int64_t>(p.token_seq[t]) * p.max_blocks_per_seq;
   const int64_t slot =
@@ -157,6 +174,13 @@ __global__ void WriteWindowKernel(V4SparseAttentionParams p) {
       static_cast<bf16*>(p.window_kv)[slot * p.head_dim + d] = __float2bfloat16_rn(src[d]);
     }
   }
+}
+
+__global__ void WriteWindowKernel(V4SparseAttentionParams p) {
+  WaitForPrerequisites();
+  AllowDependents();  // the next kernel may launch (it waits for this one to finish)
+  const int64_t t = blockIdx.x;
+  StoreWindowKey(p, t, p.positions[t]);
 }
 
 // ---- 2a. Tensor cores: bf16 planes, head_dim 64, 128, 256 or 512. ----
@@ -172,10 +196,20 @@ struct TcConfig {
   static constexpr int kQBytes = kHeads * kLd * 2;
   static constexpr int kTileBytes = kTileKeys * kLd * 2;
   static constexpr int kSxBytes = kWarps * 16 * kSxLd * 4;
-  static constexpr int kSmem = kQBytes + kStages * kTileBytes + kSxBytes + kStages * kTileKeys * 4;
+  // Rows of a round of keys, resolved before its tiles are gathered.
+  static constexpr int kRound = 512;
+  static constexpr int kSmem = kQBytes + kStages * kTileBytes + kSxBytes + kRound * 8;
+  // Cluster merge: the split's normalised output [kHeads, kOLd] f32 over Q and the tiles, its
+  // (max, sum) per head over the partial S, the merge weights over the codes.
+  static constexpr int kOLd = D + 8;
+  static_assert(kHeads * kOLd * 4 <= kQBytes + kStages * kTileBytes);
+  static_assert(kHeads * 2 * 4 <= kSxBytes);
+  static_assert(kHeads * kMaxClusterSplits * 4 <= kRound * 8);
 };
 
-template <int D>
+// kCluster: the grid's splits of a (token, head group) form one cluster (dv.splits CTAs) and are
+// merged through distributed shared memory at the end (no workspace, no merge kernel).
+template <int D, bool kCluster>
 __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     TcKernel(V4SparseAttentionParams p, Derived dv) {
   using C = TcConfig<D>;
@@ -184,8 +218,9 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   bf16* sq = reinterpret_cast<bf16*>(smem_raw);
   bf16* tiles = reinterpret_cast<bf16*>(reinterpret_cast<uint8_t*>(smem_raw) + C::kQBytes);
   float* sx = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(tiles) + kStages * C::kTileBytes);
-  int* valid = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(sx) + C::kSxBytes);
+  int64_t* codes = reinterpret_cast<int64_t*>(reinterpret_cast<uint8_t*>(sx) + C::kSxBytes);
   WaitForPrerequisites();
+  AllowDependents();  // the next kernel may launch (it waits for this one to finish)
 
   const int64_t t = blockIdx.x;
   const int split = blockIdx.y;
@@ -199,14 +234,26 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   const KeyList keys(p, dv, t, pos);
   int s_lo, s_hi;
   SplitRange(keys.total, dv.splits, split, kTile, &s_lo, &s_hi);
-  const int num_tiles = (s_hi - s_lo + kTile - 1) / kTile;
+  // Fused write: split 0 of head group 0 stores the token's key (no CTA of this launch reads it
+  // from the plane), once its first tiles are in flight.
+  const bool writer = dv.fuse_write && split == 0 && blockIdx.z == 0;
 
+  // Tile i of the round: rows codes[i * kTile ...].
   auto load_tile = [&](int i, int buf) {
     bf16* dst_tile = tiles + buf * (kTile * kLd);
     for (int c = tid; c < kTile * (D / 8); c += C::kThreads) {
       const int r = c / (D / 8), cc = c % (D / 8);
-      const int k = s_lo + i * kTile + r;
-      const int64_t code = k < s_hi ? keys.Code(p, dv, k) : -1;
+      const int64_t code = codes[i * kTile + r];
+      if (code == kOwnKey) {  // the token's own key, rounded as the plane stores it
+        const float* src = p.kv + t * p.kv_stride + cc * 8;
+        uint4 w;
+        w.x = PackBf16(src[0], src[1]);
+        w.y = PackBf16(src[2], src[3]);
+        w.z = PackBf16(src[4], src[5]);
+        w.w = PackBf16(src[6], src[7]);
+        *reinterpret_cast<uint4*>(dst_tile + r * kLd + cc * 8) = w;
+        continue;
+      }
       const bool fill = code >= 0;
       const bf16* src = static_cast<const bf16*>(p.window_kv);
       if (fill) {
@@ -215,17 +262,12 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
         src = plane + (code >> 1) * D + cc * 8;
       }
       CpAsync16(dst_tile + r * kLd + cc * 8, src, fill);
-      if (cc == 0) valid[buf * kTile + r] = fill;
     }
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_tiles) load_tile(s, s);
-    CpAsyncCommit();
-  }
 
-  // Q of the CTA's heads as bf16 (rows past the heads are zero).
-  for (int c = tid; c < C::kHeads * (D / 8); c += C::kThreads) {
+  // Q of the CTA's heads as bf16 (rows past the heads are zero), staged once the first tiles'
+  // gathers are in flight. Chunk c (8 dims) of Q's rows as packed bf16 (zero past the heads).
+  auto load_q = [&](int c) -> uint4 {
     const int r = c / (D / 8), cc = c % (D / 8);
     float v[8] = {};
     if (r < nh) {
@@ -243,10 +285,7 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
         }
       } else {
         const bf16* src = static_cast<const bf16*>(p.q) + e;
-        if (dv.q_vec) {
-          *reinterpret_cast<uint4*>(sq + r * kLd + cc * 8) = *reinterpret_cast<const uint4*>(src);
-          continue;
-        }
+        if (dv.q_vec) return *reinterpret_cast<const uint4*>(src);
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(src[j]);
       }
@@ -256,8 +295,54 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     w.y = PackBf16(v[2], v[3]);
     w.z = PackBf16(v[4], v[5]);
     w.w = PackBf16(v[6], v[7]);
-    *reinterpret_cast<uint4*>(sq + r * kLd + cc * 8) = w;
+    return w;
+  };
+  // All of Q, kBatch chunks a thread at a time: their loads are in flight together (no shared
+  // store between them).
+  auto stage_q = [&]() {
+    constexpr int kPer = C::kHeads * (D / 8) / C::kThreads;
+    constexpr int kBatch = kPer < 4 ? kPer : 4;
+    static_assert(kPer * C::kThreads == C::kHeads * (D / 8) && kPer % kBatch == 0);
+#pragma unroll
+    for (int j0 = 0; j0 < kPer; j0 += kBatch) {
+      uint4 w[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) w[j] = load_q(tid + (j0 + j) * C::kThreads);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int c = tid + (j0 + j) * C::kThreads;
+        *reinterpret_cast<uint4*>(sq + (c / (D / 8)) * kLd + (c % (D / 8)) * 8) = w[j];
+      }
+    }
+  };
+
+  // Rounds of up to kRound keys: their rows are looked up (selection, block tables) by all threads
+  // at once, so that the tiles' gathers need no global reads of their own; then the first tiles'
+  // gathers are issued.
+  auto begin_round = [&](int r0) {
+    const int r_hi = min(s_hi, r0 + C::kRound);
+    const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
+    __syncthreads();  // the previous round's tiles, partial S and codes are consumed
+    for (int k = tid; k < C::kRound; k += C::kThreads) {
+      const int key = r0 + k;
+      int64_t code = kMasked;
+      if (key < r_hi) code = dv.fuse_write && key == keys.nw - 1 ? kOwnKey : keys.Code(p, dv, key);
+      codes[k] = code;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < num_tiles) load_tile(s, s);
+      CpAsyncCommit();
+    }
+  };
+  // The first round starts before anything else; Q (visible after the first tile's barrier) and
+  // the fused write while its tiles are in flight.
+  if (s_lo < s_hi) {
+    begin_round(s_lo);
+    stage_q();
   }
+  if (writer) StoreWindowKey(p, t, pos);
 
   float o[kW / 8][4];
 #pragma unroll
@@ -267,113 +352,119 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   const bf16* qrow = sq + (mt * 16 + (lane & 15)) * kLd + ds * kW + (lane >> 4) * 8;
   float* sx_own = sx + warp * 16 * C::kSxLd;
 
-  for (int i = 0; i < num_tiles; ++i) {
-    CpAsyncWait<kStages - 2>();
-    __syncthreads();  // tile i landed; tile i - 1's buffer and the partial S are free
-    if (i + kStages - 1 < num_tiles) load_tile(i + kStages - 1, (i + kStages - 1) % kStages);
-    CpAsyncCommit();
-    const int buf = i % kStages;
-    const bf16* tile = tiles + buf * (kTile * kLd);
+  for (int r0 = s_lo; r0 < s_hi; r0 += C::kRound) {
+    const int r_hi = min(s_hi, r0 + C::kRound);
+    const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
+    if (r0 != s_lo) begin_round(r0);
+    for (int i = 0; i < num_tiles; ++i) {
+      CpAsyncWait<kStages - 2>();
+      __syncthreads();  // tile i landed; tile i - 1's buffer and the partial S are free
+      if (i + kStages - 1 < num_tiles) load_tile(i + kStages - 1, (i + kStages - 1) % kStages);
+      CpAsyncCommit();
+      const int buf = i % kStages;
+      const bf16* tile = tiles + buf * (kTile * kLd);
 
-    // Partial S over the warp's dims.
-    float s[4][4];
+      // Partial S over the warp's dims.
+      float s[4][4];
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    const bf16* krow = tile + ((lane & 7) + (mat >> 1) * 8) * kLd + ds * kW + (mat & 1) * 8;
+      for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      const bf16* krow = tile + ((lane & 7) + (mat >> 1) * 8) * kLd + ds * kW + (mat & 1) * 8;
 #pragma unroll
-    for (int kk = 0; kk < kW / 16; ++kk) {
-      uint32_t a[4];
-      LdMatrixX4(a, qrow + kk * 16);
+      for (int kk = 0; kk < kW / 16; ++kk) {
+        uint32_t a[4];
+        LdMatrixX4(a, qrow + kk * 16);
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        uint32_t b[4];
-        LdMatrixX4(b, krow + np * 16 * kLd + kk * 16);
-        Mma(s[2 * np], a, b[0], b[1]);
-        Mma(s[2 * np + 1], a, b[2], b[3]);
+        for (int np = 0; np < 2; ++np) {
+          uint32_t b[4];
+          LdMatrixX4(b, krow + np * 16 * kLd + kk * 16);
+          Mma(s[2 * np], a, b[0], b[1]);
+          Mma(s[2 * np + 1], a, b[2], b[3]);
+        }
       }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      *reinterpret_cast<float2*>(sx_own + g * C::kSxLd + nt * 8 + c2) =
-          make_float2(s[nt][0], s[nt][1]);
-      *reinterpret_cast<float2*>(sx_own + (g + 8) * C::kSxLd + nt * 8 + c2) =
-          make_float2(s[nt][2], s[nt][3]);
-    }
-    __syncthreads();
-    // Full S: the head tile's four partials in a fixed order.
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float* part = sx + (mt * 4 + q) * 16 * C::kSxLd;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        const float2 x0 = *reinterpret_cast<const float2*>(part + g * C::kSxLd + nt * 8 + c2);
-        const float2 x1 = *reinterpret_cast<const float2*>(part + (g + 8) * C::kSxLd + nt * 8 + c2);
-        s[nt][0] += x0.x;
-        s[nt][1] += x0.y;
-        s[nt][2] += x1.x;
-        s[nt][3] += x1.y;
+        *reinterpret_cast<float2*>(sx_own + g * C::kSxLd + nt * 8 + c2) =
+            make_float2(s[nt][0], s[nt][1]);
+        *reinterpret_cast<float2*>(sx_own + (g + 8) * C::kSxLd + nt * 8 + c2) =
+            make_float2(s[nt][2], s[nt][3]);
       }
-    }
+      __syncthreads();
+      // Full S: the head tile's four partials in a fixed order.
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float* part = sx + (mt * 4 + q) * 16 * C::kSxLd;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const float2 x0 = *reinterpret_cast<const float2*>(part + g * C::kSxLd + nt * 8 + c2);
+          const float2 x1 =
+              *reinterpret_cast<const float2*>(part + (g + 8) * C::kSxLd + nt * 8 + c2);
+          s[nt][0] += x0.x;
+          s[nt][1] += x0.y;
+          s[nt][2] += x1.x;
+          s[nt][3] += x1.y;
+        }
+      }
 
-    float mx0 = -INFINITY, mx1 = -INFINITY;
+      float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = nt * 8 + c2 + (e & 1);
-        const bool ok = s_lo + i * kTile + r < s_hi && valid[buf * kTile + r] != 0;
-        s[nt][e] = ok ? s[nt][e] * qk_scale : -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          const int r = nt * 8 + c2 + (e & 1);
+          const bool ok = codes[i * kTile + r] != kMasked;
+          s[nt][e] = ok ? s[nt][e] * qk_scale : -INFINITY;
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
       }
-      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
-    const float corr0 = exp2f(m0 - b0), corr1 = exp2f(m1 - b1);
-    m0 = n0;
-    m1 = n1;
-    l0 *= corr0;
-    l1 *= corr1;
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+      const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
+      const float corr0 = exp2f(m0 - b0), corr1 = exp2f(m1 - b1);
+      m0 = n0;
+      m1 = n1;
+      l0 *= corr0;
+      l1 *= corr1;
 #pragma unroll
-    for (int d = 0; d < kW / 8; ++d) {
-      o[d][0] *= corr0;
-      o[d][1] *= corr0;
-      o[d][2] *= corr1;
-      o[d][3] *= corr1;
-    }
+      for (int d = 0; d < kW / 8; ++d) {
+        o[d][0] *= corr0;
+        o[d][1] *= corr0;
+        o[d][2] *= corr1;
+        o[d][3] *= corr1;
+      }
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - b0);
-      s[nt][1] = exp2f(s[nt][1] - b0);
-      s[nt][2] = exp2f(s[nt][2] - b1);
-      s[nt][3] = exp2f(s[nt][3] - b1);
-      l0 += s[nt][0] + s[nt][1];
-      l1 += s[nt][2] + s[nt][3];
-    }
-    // O += P·V over the warp's dims, 16 keys a k-step.
-    const bf16* vrow = tile + ((mat & 1) * 8 + (lane & 7)) * kLd + (mat >> 1) * 8 + ds * kW;
+      for (int nt = 0; nt < 4; ++nt) {
+        s[nt][0] = exp2f(s[nt][0] - b0);
+        s[nt][1] = exp2f(s[nt][1] - b0);
+        s[nt][2] = exp2f(s[nt][2] - b1);
+        s[nt][3] = exp2f(s[nt][3] - b1);
+        l0 += s[nt][0] + s[nt][1];
+        l1 += s[nt][2] + s[nt][3];
+      }
+      // O += P·V over the warp's dims, 16 keys a k-step.
+      const bf16* vrow = tile + ((mat & 1) * 8 + (lane & 7)) * kLd + (mat >> 1) * 8 + ds * kW;
 #pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-      const uint32_t a[4] = {PackBf16(s[2 * ks][0], s[2 * ks][1]),
-                             PackBf16(s[2 * ks][2], s[2 * ks][3]),
-                             PackBf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
-                             PackBf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      for (int ks = 0; ks < 2; ++ks) {
+        const uint32_t a[4] = {PackBf16(s[2 * ks][0], s[2 * ks][1]),
+                               PackBf16(s[2 * ks][2], s[2 * ks][3]),
+                               PackBf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                               PackBf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
 #pragma unroll
-      for (int dp = 0; dp < kW / 16; ++dp) {
-        uint32_t b[4];
-        LdMatrixX4Trans(b, vrow + ks * 16 * kLd + dp * 16);
-        Mma(o[2 * dp], a, b[0], b[1]);
-        Mma(o[2 * dp + 1], a, b[2], b[3]);
+        for (int dp = 0; dp < kW / 16; ++dp) {
+          uint32_t b[4];
+          LdMatrixX4Trans(b, vrow + ks * 16 * kLd + dp * 16);
+          Mma(o[2 * dp], a, b[0], b[1]);
+          Mma(o[2 * dp + 1], a, b[2], b[3]);
+        }
       }
     }
+    CpAsyncWait<0>();
   }
-  CpAsyncWait<0>();
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
@@ -382,32 +473,112 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   const float mr[2] = {m0 == -INFINITY ? -INFINITY : m0 * kLn2,
                        m1 == -INFINITY ? -INFINITY : m1 * kLn2};
   const float lr[2] = {l0, l1};
+  if constexpr (kCluster) {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    constexpr int kOLd = C::kOLd;
+    float* so = reinterpret_cast<float*>(smem_raw);  // [kHeads, kOLd]: this split's output
+    float* sstat = sx;                               // [kHeads, 2]: its (max, sum)
+    float* wt = reinterpret_cast<float*>(codes);     // [heads of this CTA, kMaxClusterSplits]
+    __syncthreads();  // every warp is done with Q, the tiles and the partial S
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int r = mt * 16 + g + 8 * e;
-    if (r >= nh) continue;
-    const int64_t head = h_base + r;
-    if (dv.splits == 1) {
-      const float f = FinalFactor(p, head, mr[e], lr[e]);
-#pragma unroll
-      for (int d = 0; d < kW / 8; ++d) {
-        const int dim = ds * kW + d * 8 + c2;
-        float v0 = o[d][2 * e] * f, v1 = o[d][2 * e + 1] * f;
-        InverseRope(p, pos, dim, v0, v1);
-        StorePair(p, t, head, dim, v0, v1, true);
-      }
-    } else {
+    for (int e = 0; e < 2; ++e) {
+      const int r = mt * 16 + g + 8 * e;
       const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
-      float* dst = SplitOut(p, dv.splits, t, head, split);
 #pragma unroll
       for (int d = 0; d < kW / 8; ++d) {
         const int dim = ds * kW + d * 8 + c2;
-        *reinterpret_cast<float2*>(dst + dim) = make_float2(o[d][2 * e] * f, o[d][2 * e + 1] * f);
+        *reinterpret_cast<float2*>(so + r * kOLd + dim) =
+            make_float2(o[d][2 * e] * f, o[d][2 * e + 1] * f);
       }
       if (ds == 0 && (lane & 3) == 0) {
-        float* st = SplitStats(p, dv.splits, t, head, split);
-        st[0] = mr[e];
-        st[1] = lr[e];
+        sstat[2 * r] = mr[e];
+        sstat[2 * r + 1] = lr[e];
+      }
+    }
+    cluster.sync();  // every split's output and stats are in its shared memory
+    // This CTA merges heads rank, rank + S, ... as MergeKernel does (same order, same weights).
+    const int S = dv.splits, rank = static_cast<int>(cluster.block_rank());
+    const int mine = rank < nh ? (nh - rank + S - 1) / S : 0;
+    // (The loops over splits are unrolled to kMaxClusterSplits so that the remote reads of all
+    // splits are in flight together.)
+    if (tid < mine) {
+      const int r = rank + tid * S;
+      float2 st[kMaxClusterSplits];
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S)
+          st[s] = *reinterpret_cast<const float2*>(cluster.map_shared_rank(sstat, s) + 2 * r);
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) mx = fmaxf(mx, st[s].x);
+      }
+      float sum = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          const float w = st[s].x == -INFINITY ? 0.0f : st[s].y * expf(st[s].x - mx);
+          wt[tid * kMaxClusterSplits + s] = w;
+          sum += w;
+        }
+      }
+      const float f = FinalFactor(p, h_base + r, mx, sum);
+      for (int s = 0; s < S; ++s) wt[tid * kMaxClusterSplits + s] *= f;
+    }
+    __syncthreads();
+    for (int item = tid; item < mine * (D / 2); item += C::kThreads) {
+      const int lh = item / (D / 2), d0 = (item % (D / 2)) * 2;
+      const int r = rank + lh * S;
+      float2 x[kMaxClusterSplits];
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          x[s] = *reinterpret_cast<const float2*>(cluster.map_shared_rank(so, s) + r * kOLd + d0);
+        }
+      }
+      float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          const float w = wt[lh * kMaxClusterSplits + s];
+          v0 += w * x[s].x;
+          v1 += w * x[s].y;
+        }
+      }
+      InverseRope(p, pos, d0, v0, v1);
+      StorePair(p, t, h_base + r, d0, v0, v1, true);
+    }
+    cluster.sync();  // the peers' shared memory stays until every CTA has read it
+  } else {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = mt * 16 + g + 8 * e;
+      if (r >= nh) continue;
+      const int64_t head = h_base + r;
+      if (dv.splits == 1) {
+        const float f = FinalFactor(p, head, mr[e], lr[e]);
+#pragma unroll
+        for (int d = 0; d < kW / 8; ++d) {
+          const int dim = ds * kW + d * 8 + c2;
+          float v0 = o[d][2 * e] * f, v1 = o[d][2 * e + 1] * f;
+          InverseRope(p, pos, dim, v0, v1);
+          StorePair(p, t, head, dim, v0, v1, true);
+        }
+      } else {
+        const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
+        float* dst = SplitOut(p, dv.splits, t, head, split);
+#pragma unroll
+        for (int d = 0; d < kW / 8; ++d) {
+          const int dim = ds * kW + d * 8 + c2;
+          *reinterpret_cast<float2*>(dst + dim) = make_float2(o[d][2 * e] * f, o[d][2 * e + 1] * f);
+        }
+        if (ds == 0 && (lane & 3) == 0) {
+          float* st = SplitStats(p, dv.splits, t, head, split);
+          st[0] = mr[e];
+          st[1] = lr[e];
+        }
       }
     }
   }
@@ -423,6 +594,7 @@ __global__ void __launch_bounds__(kF32Threads) F32Kernel(V4SparseAttentionParams
   __shared__ float sc[kF32Chunk];
   __shared__ int64_t codes[kF32Chunk];
   WaitForPrerequisites();
+  AllowDependents();  // the next kernel may launch (it waits for this one to finish)
   const int64_t t = blockIdx.x / p.num_heads, head = blockIdx.x % p.num_heads;
   const int split = blockIdx.y;
   const int D = static_cast<int>(p.head_dim);
@@ -523,6 +695,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     MergeKernel(V4SparseAttentionParams p, Derived dv) {
   __shared__ float weight[kMaxSplits];
   WaitForPrerequisites();
+  AllowDependents();  // the next kernel may launch (it waits for this one to finish)
   const int64_t t = blockIdx.x / p.num_heads, head = blockIdx.x % p.num_heads;
   const int splits = dv.splits, D = static_cast<int>(p.head_dim);
   if (threadIdx.x == 0) {
@@ -564,14 +737,108 @@ int Multiprocessors() {
   return n;
 }
 
-template <int D>
+// CTAs that key splits aim at: the tensor-core kernel fits one CTA an SM, the f32 kernel four. A
+// step splits only into splits ≤ SplitTarget / CTAs a split (tokens × head groups, or tokens ×
+// heads), so tokens × splits ≤ SplitTarget(false) whenever there are two or more.
+int64_t SplitTarget(bool tc) { return (tc ? 1 : 4) * static_cast<int64_t>(Multiprocessors()); }
+
+// The kernel's shared memory (and for clusters, sizes past the portable 8) allowed, once.
+template <int D, bool kCluster>
+cudaError_t SetTcAttributes() {
+  static const cudaError_t attr = [] {
+    cudaError_t e = cudaFuncSetAttribute(
+        TcKernel<D, kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize, TcConfig<D>::kSmem);
+    if (e == cudaSuccess && kCluster) {
+      e = cudaFuncSetAttribute(TcKernel<D, kCluster>,
+                               cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
+    return e;
+  }();
+  return attr;
+}
+
+// The tensor-core kernel as a programmatic dependent; with kCluster, clusters of (1, grid.y, 1).
+template <int D, bool kCluster>
 cudaError_t LaunchTc(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
                      cudaStream_t stream) {
   using C = TcConfig<D>;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(TcKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  const cudaError_t attr = SetTcAttributes<D, kCluster>();
   if (attr != cudaSuccess) return attr;
-  return LaunchDependent(TcKernel<D>, grid, dim3(C::kThreads), C::kSmem, stream, p, dv);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(C::kThreads);
+  cfg.dynamicSmemBytes = C::kSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = 1;
+  attrs[1].val.clusterDim.y = grid.y;
+  attrs[1].val.clusterDim.z = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = kCluster ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, TcKernel<D, kCluster>, p, dv);
+}
+
+// Whether clusters of `splits` CTAs of the tensor-core kernel can be resident (asked once for
+// each size; no stream work).
+template <int D>
+bool ClusterFits(int splits) {
+  static std::atomic<int> known[kMaxClusterSplits + 1];  // 0 unknown, 1 fits, 2 does not
+  if (splits < 2 || splits > kMaxClusterSplits) return false;
+  int k = known[splits].load(std::memory_order_relaxed);
+  if (k == 0) {
+    using C = TcConfig<D>;
+    int clusters = 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, static_cast<unsigned>(splits), 1);
+    cfg.blockDim = dim3(C::kThreads);
+    cfg.dynamicSmemBytes = C::kSmem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const bool ok =
+        SetTcAttributes<D, true>() == cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&clusters, TcKernel<D, true>, &cfg) == cudaSuccess &&
+        clusters > 0;
+    if (!ok) (void)cudaGetLastError();  // a failed query is not the stream's error
+    k = ok ? 1 : 2;
+    known[splits].store(k, std::memory_order_relaxed);
+  }
+  return k == 1;
+}
+
+template <bool kCluster>
+cudaError_t LaunchTcDim(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
+                        cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64:
+      return LaunchTc<64, kCluster>(p, dv, grid, stream);
+    case 128:
+      return LaunchTc<128, kCluster>(p, dv, grid, stream);
+    case 256:
+      return LaunchTc<256, kCluster>(p, dv, grid, stream);
+    default:
+      return LaunchTc<512, kCluster>(p, dv, grid, stream);
+  }
+}
+
+bool ClusterFitsDim(int64_t head_dim, int splits) {
+  switch (head_dim) {
+    case 64:
+      return ClusterFits<64>(splits);
+    case 128:
+      return ClusterFits<128>(splits);
+    case 256:
+      return ClusterFits<256>(splits);
+    default:
+      return ClusterFits<512>(splits);
+  }
 }
 
 }  // namespace
@@ -579,7 +846,10 @@ cudaError_t LaunchTc(const V4SparseAttentionParams& p, const Derived& dv, dim3 g
 int64_t V4SparseAttentionWorkspaceFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                                          int64_t max_splits) {
   const int64_t splits = std::clamp<int64_t>(max_splits, 1, kMaxSplits);
-  return num_tokens * num_heads * splits * (head_dim + 2);
+  // Rows (token, split) of each head: the launcher splits only while tokens × splits ≤
+  // SplitTarget(f32) (see SplitTarget), so no more rows than that are ever used.
+  const int64_t rows = std::min(num_tokens * splits, SplitTarget(false));
+  return std::max<int64_t>(rows, 0) * num_heads * (head_dim + 2);
 }
 
 int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
@@ -632,40 +902,47 @@ int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
   const int64_t elem = p.q_dtype == DType::kF32 ? 4 : 2;
   dv.q_vec = Aligned16(p.q) && (p.q_stride * elem) % 16 == 0;
 
-  // Splits: about two waves of CTAs (the tensor-core kernel fits one CTA an SM), each with at
-  // least a couple of tiles of keys.
+  // Splits: as many as keep the CTAs within one wave (the tensor-core kernel fits one CTA an SM;
+  // a second, partial wave would double the time), each with at least a couple of tiles of keys.
+  // The tensor-core kernel merges up to kMaxClusterSplits splits inside a cluster.
   const int64_t head_groups = (p.num_heads + TcConfig<64>::kHeads - 1) / TcConfig<64>::kHeads;
   const int64_t ctas = p.num_tokens * (tc ? head_groups : p.num_heads);
   if (p.workspace != nullptr && p.max_splits > 1) {
-    const int64_t sms = Multiprocessors();
-    const int64_t target = tc ? sms : 4 * sms;
+    const int64_t target = SplitTarget(tc);
     const int64_t min_keys = tc ? 64 : 128;
-    int64_t splits = (target + ctas - 1) / ctas;
+    int64_t splits = target / ctas;
     splits = std::min({splits, std::min<int64_t>(p.max_splits, kMaxSplits),
                        std::max<int64_t>(1, (max_keys + min_keys - 1) / min_keys)});
     dv.splits = static_cast<int>(std::max<int64_t>(splits, 1));
   }
+  bool cluster = false;
+  if (tc && dv.splits > 1) {
+    // The most splits up to kMaxClusterSplits whose clusters fit (all of them on an H200).
+    for (int s = std::min(dv.splits, kMaxClusterSplits); s >= 2 && !cluster; --s) {
+      if (ClusterFitsDim(D, s)) {
+        dv.splits = s;
+        cluster = true;
+      }
+    }
+  }
+  // One token a sequence (decode): the tensor-core kernel writes the window keys itself.
+  dv.fuse_write = tc && p.num_tokens == p.num_seqs;
 
-  cudaError_t err = LaunchDependent(WriteWindowKernel, dim3(static_cast<unsigned>(p.num_tokens)),
-                                    dim3(128), 0, stream, p);
-  if (err != cudaSuccess) return err;
+  cudaError_t err = cudaSuccess;
+  if (!dv.fuse_write) {
+    err = LaunchDependent(WriteWindowKernel, dim3(static_cast<unsigned>(p.num_tokens)), dim3(128),
+                          0, stream, p);
+    if (err != cudaSuccess) return err;
+  }
   if (tc) {
     const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(dv.splits),
                     static_cast<unsigned>(head_groups));
-    switch (D) {
-      case 64:
-        err = LaunchTc<64>(p, dv, grid, stream);
-        break;
-      case 128:
-        err = LaunchTc<128>(p, dv, grid, stream);
-        break;
-      case 256:
-        err = LaunchTc<256>(p, dv, grid, stream);
-        break;
-      default:
-        err = LaunchTc<512>(p, dv, grid, stream);
-        break;
+    if (cluster) {
+      err = LaunchTcDim<true>(p, dv, grid, stream);
+      if (err == cudaSuccess) return err;
+      (void)cudaGetLastError();  // not launched: the workspace and the merge kernel instead
     }
+    err = LaunchTcDim<false>(p, dv, grid, stream);
   } else {
     const dim3 grid(static_cast<unsigned>(p.num_tokens * p.num_heads),
                     static_cast<unsigned>(dv.splits));

@@ -16,16 +16,27 @@
 // Two attention kernels, chosen by dtype and shape:
 //  - Tensor cores (window and compressed planes bf16, head_dim 64, 128, 256 or 512): a CTA
 //    of 16 warps takes one token, 64 query heads (more heads: more CTAs) and one split of its key
-//    list; warp (m, d) owns heads 16m..16m+15 and dims [d·D/4, (d+1)·D/4). Tiles of 32 key rows
-//    are gathered with cp.async (3 stages) and each row is read once for all 64 heads. S = Q·Kᵀ
+//    list; warp (m, d) owns heads 16m..16m+15 and dims [d·D/4, (d+1)·D/4). The rows of up to 512
+//    keys at a time are looked up into shared memory, then tiles of 32 rows are gathered with
+//    cp.async (3 stages) and each row is read once for all 64 heads. S = Q·Kᵀ
 //    (mma.sync m16n8k16 bf16, f32 accumulation) is summed over the 4 dim quarters through shared
 //    memory, the softmax is f32 (online), O += P·V with P rounded to bf16. Queries are rounded to
 //    bf16 (f32 q too), so results carry bf16-class error (~1e-2 relative at worst).
 //  - Otherwise (any f32 plane, other head_dim up to 1024): one CTA per (token, head, split), f32
 //    throughout (errors ~1e-6 relative).
 // With workspace and max_splits > 1 each token's key list is split across CTAs (the count depends
-// only on num_tokens, max_splits and the largest possible key list) and a merge kernel adds the
-// sink, applies the rotary and stores; otherwise the attention kernel finishes in place.
+// only on num_tokens, max_splits, the SM count and the largest possible key list; at least 64 keys
+// a split, CTAs within one wave). The tensor-core kernel takes at most 16 splits (fewer where
+// clusters that large do not fit) and launches each (token, head group)'s splits as one
+// thread-block cluster: the splits leave their partial outputs in shared memory and merge them
+// through distributed shared memory (fixed order: deterministic), adding the sink and applying the
+// rotary (the workspace is then not touched; should the cluster launch fail, the workspace and a
+// merge kernel as below). The f32 kernel's splits go through the workspace and a merge kernel;
+// without splits the attention kernel finishes in place.
+// When num_tokens == num_seqs, every sequence must have exactly one token in the step (decode;
+// the GPU runner's padding tokens may share a slot): the tensor-core kernel then writes the keys
+// to the window plane itself and reads each token's own key from kv, so that no other kernel runs
+// before it. The plane ends up exactly as with the separate write.
 // Layouts: q [tokens, q_stride] f32|bf16 (head h at column h * head_dim); out [tokens, out_stride]
 // f32|bf16; window_kv [blocks, block_size, head_dim]; compressed [blocks, rows_per_block,
 // head_dim]; planes f32|bf16 (16-byte aligned bases for the tensor-core path).
@@ -76,7 +87,8 @@ struct V4SparseAttentionParams {
 };
 
 // Floats of workspace for up to max_splits splits: [tokens, heads, splits] rows of head_dim
-// partial outputs plus 2 stats each.
+// partial outputs plus 2 stats each, where tokens × splits never exceeds 4 × the SM count (the
+// launcher splits only that far), so the size is bounded whatever num_tokens and max_splits.
 int64_t V4SparseAttentionWorkspaceFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                                          int64_t max_splits);
 int V4SparseAttention(const V4SparseAttentionParams& p, void* stream);

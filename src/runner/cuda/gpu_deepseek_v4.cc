@@ -40,8 +40,8 @@ kc::RouterScoring Scoring(DeepseekV4Config::Scoring s) {
 Status Check(int error, std::string_view what) { return cuda::CudaStatus(error, what); }
 
 // Sparse attention splits its keys over up to kAttnSplits CTAs a token for steps of up to
-// kSplitTokens tokens.
-constexpr int64_t kSplitTokens = 256, kAttnSplits = 8;
+// kSplitTokens tokens (V4's 640 keys a token at batch 1: 10 splits of 64 keys, one cluster).
+constexpr int64_t kSplitTokens = 256, kAttnSplits = 16;
 
 }  // namespace
 
