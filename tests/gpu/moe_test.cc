@@ -925,10 +925,168 @@ TEST_P(MoeSharedExpertTest, FusedLayerMatchesHost) {
       for (int64_t i = 0; i < inter; ++i) touched += !std::isnan(act[r * inter + i]);
     }
     EXPECT_EQ(touched, 0) << "rows past the routed count were written";
+
+    // The SwiGLU as the gate/up product's epilogue (list path): the same act, routed and shared
+    // rows alike (the same f32 sums and the same arithmetic).
+    kc::GroupedGemmParams ge = g1;
+    auto d_act2 = Poisoned(all_rows * inter, DType::kBF16);
+    ge.y = d_act2.data();
+    ge.ldy = inter;
+    ge.out_dtype = DType::kBF16;
+    ge.swiglu = true;
+    ge.swiglu_limit = limit;
+    if (!kc::GroupedGemmTakesListPath(ge)) {
+      EXPECT_EQ(kc::GroupedGemm(ge, nullptr), kInvalidValue);
+      continue;
+    }
+    ASSERT_CUDA_OK(kc::GroupedGemm(ge, nullptr));
+    const auto act2 = Download(d_act2, all_rows * inter, DType::kBF16);
+    std::vector<float> got, want;
+    for (int64_t r = 0; r < all_rows; ++r) {
+      const bool unused = r >= host.rows() && r < max_rows;
+      for (int64_t i = 0; i < inter; ++i) {
+        if (unused) {
+          touched += !std::isnan(act2[r * inter + i]);
+        } else {
+          got.push_back(act2[r * inter + i]);
+          want.push_back(act[r * inter + i]);
+        }
+      }
+    }
+    EXPECT_EQ(touched, 0) << "the epilogue wrote rows past the routed count";
+    EXPECT_LT(RelError(got, want), 1e-6);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeList, MoeSharedExpertTest, ::testing::Bool());
+
+TEST(MoeSwiGluEpilogueTest, MatchesSeparateLaunch) {
+  SKIP_WITHOUT_GPU();
+  // Expert 3 with ~35-45 rows (two passes of 32 rows through the epilogue's shared memory), the
+  // others a few rows, odd k, no clamp and a clamp; the epilogue's act against GroupedGemm (f32
+  // out) + SiluMulClamp, and against the host.
+  const int64_t num_e = 8, n = 96, k = 264, tokens = 40, top_k = 2;
+  for (const float limit : {0.0f, 1.5f}) {
+    SCOPED_TRACE(::testing::Message() << "limit " << limit);
+    std::mt19937 rng(static_cast<uint32_t>(limit * 10 + 3));
+    auto experts = Route(tokens, top_k, num_e, Routing::kRandom, rng);
+    for (int64_t t = 0; t < 35; ++t) {
+      experts[t * top_k] = 3;
+      if (experts[t * top_k + 1] == 3) experts[t * top_k + 1] = -1;
+    }
+    const HostPlan host = PlanOnHost(experts, top_k, num_e);
+    const int64_t max_rows = tokens * top_k, rows = host.rows();
+    const auto x = RoundTo(DType::kBF16, Random(tokens * k, rng));
+    const auto w = RoundTo(DType::kBF16, Random(num_e * n * k, rng, 0.15f));
+    auto d_x = Upload(x, DType::kBF16);
+    auto d_w = Upload(w, DType::kBF16);
+    auto d_experts = UploadRaw(experts);
+    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
+    auto d_active = Poisoned(num_e + 1, DType::kF32);
+    auto d_row_token = Poisoned(max_rows, DType::kF32);
+    auto d_pair_row = Poisoned(max_rows, DType::kF32);
+    auto d_gate_up = Poisoned(max_rows * n, DType::kF32);
+    auto d_act = Poisoned(max_rows * n / 2, DType::kBF16);
+    auto d_act2 = Poisoned(max_rows * n / 2, DType::kBF16);
+    kc::MoePlanParams plan;
+    plan.experts = static_cast<const int32_t*>(d_experts.data());
+    plan.num_tokens = tokens;
+    plan.top_k = top_k;
+    plan.num_experts = num_e;
+    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
+    plan.row_token = static_cast<int32_t*>(d_row_token.data());
+    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
+    plan.active_experts = static_cast<int32_t*>(d_active.data());
+    ASSERT_CUDA_OK(kc::MoePlan(plan, nullptr));
+    kc::GroupedGemmParams g;
+    g.x = d_x.data();
+    g.ldx = k;
+    g.row_token = plan.row_token;
+    g.w = d_w.data();
+    g.expert_offsets = plan.expert_offsets;
+    g.active_experts = plan.active_experts;
+    g.num_experts = num_e;
+    g.n = n;
+    g.k = k;
+    g.max_rows = max_rows;
+    g.y = d_gate_up.data();
+    g.ldy = n;
+    g.out_dtype = DType::kF32;
+    ASSERT_TRUE(kc::GroupedGemmTakesListPath(g));
+    ASSERT_CUDA_OK(kc::GroupedGemm(g, nullptr));
+    kc::SiluMulClampParams sp;
+    sp.in = d_gate_up.data();
+    sp.in_dtype = DType::kF32;
+    sp.ld_in = n;
+    sp.out = d_act.data();
+    sp.ld_out = n / 2;
+    sp.rows = max_rows;
+    sp.inter = n / 2;
+    sp.limit = limit;
+    sp.rows_on_device = plan.expert_offsets + num_e;
+    ASSERT_CUDA_OK(kc::SiluMulClamp(sp, nullptr));
+    kc::GroupedGemmParams ge = g;
+    ge.y = d_act2.data();
+    ge.ldy = n / 2;
+    ge.out_dtype = DType::kBF16;
+    ge.swiglu = true;
+    ge.swiglu_limit = limit;
+    ASSERT_CUDA_OK(kc::GroupedGemm(ge, nullptr));
+    const auto act = Download(d_act, max_rows * n / 2, DType::kBF16);
+    const auto act2 = Download(d_act2, max_rows * n / 2, DType::kBF16);
+    ASSERT_GT(host.offsets[4] - host.offsets[3], 32);
+    const std::vector<float> a1(act.begin(), act.begin() + rows * n / 2),
+        a2(act2.begin(), act2.begin() + rows * n / 2);
+    EXPECT_LT(RelError(a2, a1), 1e-6);
+    int64_t touched = 0;
+    for (int64_t i = rows * n / 2; i < max_rows * n / 2; ++i) touched += !std::isnan(act2[i]);
+    EXPECT_EQ(touched, 0);
+    // Against the host: double gate/up, the CPU SiluMul, bf16 rounding.
+    std::vector<float> want;
+    std::vector<float> gate(n / 2), up(n / 2), o(n / 2);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t e =
+          std::upper_bound(host.offsets.begin(), host.offsets.end(), r) - host.offsets.begin() - 1;
+      const float* xr = x.data() + host.row_token[r] * k;
+      for (int64_t c = 0; c < n; ++c) {
+        double acc = 0;
+        for (int64_t i = 0; i < k; ++i) acc += double{xr[i]} * w[(e * n + c) * k + i];
+        (c < n / 2 ? gate[c] : up[c - n / 2]) = static_cast<float>(acc);
+      }
+      kernels::cpu::SiluMulParams ref;
+      ref.gate = gate.data();
+      ref.up = up.data();
+      ref.out = o.data();
+      ref.rows = 1;
+      ref.dim = n / 2;
+      ref.limit = limit;
+      kernels::cpu::SiluMul(ref);
+      const auto ob = RoundTo(DType::kBF16, o);
+      want.insert(want.end(), ob.begin(), ob.end());
+    }
+    EXPECT_LT(RelError(a2, want), Tolerance(DType::kBF16));
+  }
+  // Invalid: n not a multiple of 32, f32 out, or a path other than the list's.
+  kc::GroupedGemmParams bad;
+  bad.x = bad.w = bad.y = reinterpret_cast<void*>(256);
+  bad.expert_offsets = reinterpret_cast<const int32_t*>(256);
+  bad.active_experts = bad.expert_offsets;
+  bad.num_experts = 8;
+  bad.n = 48;
+  bad.k = 64;
+  bad.ldx = 64;
+  bad.ldy = 48;
+  bad.max_rows = 4;
+  bad.out_dtype = DType::kBF16;
+  bad.swiglu = true;
+  EXPECT_EQ(kc::GroupedGemm(bad, nullptr), kInvalidValue);
+  bad.n = 64;
+  bad.out_dtype = DType::kF32;
+  EXPECT_EQ(kc::GroupedGemm(bad, nullptr), kInvalidValue);
+  bad.out_dtype = DType::kBF16;
+  bad.active_experts = nullptr;
+  EXPECT_EQ(kc::GroupedGemm(bad, nullptr), kInvalidValue);
+}
 
 TEST(MoeSharedExpertEdgeTest, RejectsInvalidShared) {
   SKIP_WITHOUT_GPU();
@@ -1276,6 +1434,22 @@ TEST(MoeTiming, V4FlashSublayer) {
     const double g2_us = time_us([&] { return kc::GroupedGemm(g2, s); });
     const double comb_us = time_us([&] { return kc::MoeCombine(cp, s); });
     const double layer_us = time_us(layer);
+    // The decode sequence of the runner: the SwiGLU as w13's epilogue, 4 launches.
+    kc::GroupedGemmParams g1e = g1;
+    g1e.y = d_act->data();
+    g1e.ldy = inter;
+    g1e.out_dtype = DType::kBF16;
+    g1e.swiglu = true;
+    g1e.swiglu_limit = limit;
+    const double g1e_us = time_us([&] { return kc::GroupedGemm(g1e, s); });
+    auto layer4 = [&] {
+      int rc = kc::MoePlan(plan, s);
+      if (rc == 0) rc = kc::GroupedGemm(g1e, s);
+      if (rc == 0) rc = kc::GroupedGemm(g2, s);
+      if (rc == 0) rc = kc::MoeCombine(cp, s);
+      return rc;
+    };
+    const double layer4_us = time_us(layer4);
     ASSERT_STATUS_OK(stream->Synchronize());
     EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, num_e + 1), host.offsets);
     const double experts_read = double(active + 1);
@@ -1291,6 +1465,12 @@ TEST(MoeTiming, V4FlashSublayer) {
         static_cast<long long>(tokens), static_cast<long long>(active), plan_us, g1_us,
         g1_b / (g1_us * 1e-6) / 1e9, act_us, g2_us, g2_b / (g2_us * 1e-6) / 1e9, comb_us, layer_us,
         (w13_b + w2_b) / (layer_us * 1e-6) / 1e9, (w13_b + w2_b) / (layer_us * 1e-6) / 4.5e12);
+    std::printf(
+        "[ MoE V4 sublayer ] %2lld tokens, SwiGLU as w13's epilogue: w13+shared+SwiGLU %.1f us "
+        "(%.0f GB/s of weights); plan, w13, w2, combine back to back %.1f us = %.0f GB/s of "
+        "weights (%.2f of 4.5 TB/s)\n",
+        static_cast<long long>(tokens), g1e_us, w13_b / (g1e_us * 1e-6) / 1e9, layer4_us,
+        (w13_b + w2_b) / (layer4_us * 1e-6) / 1e9, (w13_b + w2_b) / (layer4_us * 1e-6) / 4.5e12);
 
     // Spot checks of the shared expert's gate/up rows (f32) against the host.
     std::vector<float> got, want;

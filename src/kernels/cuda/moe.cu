@@ -330,7 +330,20 @@ __device__ __forceinline__ uint4 LoadX(const bf16* ptr) {
   return __ldg(reinterpret_cast<const uint4*>(ptr));
 }
 
-template <typename T>
+// The clamped SwiGLU of one gate/up pair (SiluMulClamp and the list kernel's epilogue alike).
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
+__device__ __forceinline__ float SwiGlu(float g, float u, float limit) {
+  if (limit > 0.0f) {
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+  }
+  return Silu(g) * u;
+}
+
+// kSwiGlu: CTA x takes gate rows [16 x, 16 x + 16) (warps 0, 1) and the matching up rows
+// n / 2 + [16 x, 16 x + 16) (warps 2, 3); the up warps hand their sums over through shared memory
+// and the gate warps store act = SwiGlu(g, u) as bf16.
+template <typename T, bool kSwiGlu>
 __global__ void __launch_bounds__(kListThreads, 7)
     ListSkinnyKernel(const GroupedGemmParams p, const bool pairs, const int routed_slots) {
   WaitForPrerequisites();
@@ -340,8 +353,11 @@ __global__ void __launch_bounds__(kListThreads, 7)
   if (expert < 0 || expert >= p.num_experts) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kListN + warp * 8;
-  if (n0 >= p.n) return;  // n is a multiple of 8: a warp's 8 weight rows are all in or all out
+  const int64_t n0 =
+      kSwiGlu ? (warp >> 1) * (p.n / 2) + static_cast<int64_t>(blockIdx.x) * 16 + (warp & 1) * 8
+              : static_cast<int64_t>(blockIdx.x) * kListN + warp * 8;
+  // n is a multiple of 8 (32 with kSwiGlu): a warp's 8 weight rows are all in or all out.
+  if (!kSwiGlu && n0 >= p.n) return;
   const bf16* w = (shared ? static_cast<const bf16*>(p.shared_w)
                           : static_cast<const bf16*>(p.w) + expert * p.n * p.k) +
                   (n0 + g) * p.k + t * 8;
@@ -444,12 +460,35 @@ __global__ void __launch_bounds__(kListThreads, 7)
     } else {
       AllowDependents();
     }
-    const int64_t c = n0 + t * 2;
+    if constexpr (kSwiGlu) {
+      __shared__ float4 up_sums[2][2][32];
+      if (warp >= 2) {
+        up_sums[warp & 1][0][lane] = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
+        up_sums[warp & 1][1][lane] = make_float4(acc[1][0], acc[1][1], acc[1][2], acc[1][3]);
+      }
+      __syncthreads();
+      if (warp < 2) {
+        const float4 u0 = up_sums[warp][0][lane], u1 = up_sums[warp][1][lane];
+        const float up[2][4] = {{u0.x, u0.y, u0.z, u0.w}, {u1.x, u1.y, u1.z, u1.w}};
+        const int64_t c = n0 + t * 2;  // a gate column: the act column
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (g + 8 * i < rows) {
-        StoreY<T>(p, r0 + g + 8 * i, c, acc[i >> 1][(i & 1) * 2], acc[i >> 1][(i & 1) * 2 + 1],
-                  pairs);
+        for (int i = 0; i < 4; ++i) {
+          if (g + 8 * i < rows) {
+            const int m = i >> 1, e = (i & 1) * 2;
+            StoreY<bf16>(p, r0 + g + 8 * i, c, SwiGlu(acc[m][e], up[m][e], p.swiglu_limit),
+                         SwiGlu(acc[m][e + 1], up[m][e + 1], p.swiglu_limit), pairs);
+          }
+        }
+      }
+      __syncthreads();  // up_sums is rewritten by the next pass
+    } else {
+      const int64_t c = n0 + t * 2;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (g + 8 * i < rows) {
+          StoreY<T>(p, r0 + g + 8 * i, c, acc[i >> 1][(i & 1) * 2], acc[i >> 1][(i & 1) * 2 + 1],
+                    pairs);
+        }
       }
     }
   }
@@ -582,8 +621,6 @@ int64_t TileSlots(int64_t max_rows, int64_t num_experts, int64_t tile_rows) {
 // ---------------------------------------------------------------------------------------------
 // SwiGLU and combine: 8 (4) elements a thread, grid-stride over a grid fixed by the bounds.
 
-__device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
-
 template <typename T>
 __global__ void __launch_bounds__(256) SiluMulClampKernel(const SiluMulClampParams p) {
   WaitForPrerequisites();
@@ -607,14 +644,7 @@ __global__ void __launch_bounds__(256) SiluMulClampKernel(const SiluMulClampPara
     }
     float o[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      float gj = g[j], uj = u[j];
-      if (p.limit > 0.0f) {
-        gj = fminf(gj, p.limit);
-        uj = fminf(fmaxf(uj, -p.limit), p.limit);
-      }
-      o[j] = Silu(gj) * uj;
-    }
+    for (int j = 0; j < 8; ++j) o[j] = SwiGlu(g[j], u[j], p.limit);
     StoreVec(out + r * p.ld_out + c, o);
   }
   AllowDependents();
@@ -716,6 +746,15 @@ int MoePlan(const MoePlanParams& p, void* stream) {
                          static_cast<cudaStream_t>(stream), p);
 }
 
+bool GroupedGemmTakesListPath(const GroupedGemmParams& p) {
+  // The list path addresses x rows in 32-bit 16-byte units.
+  const int64_t shared_rows = p.shared_w != nullptr ? p.shared_rows : 0;
+  const int64_t x_rows =
+      std::max(p.max_rows, shared_rows > 0 ? p.shared_x_row0 + shared_rows : int64_t{0});
+  return p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts) && p.active_experts != nullptr &&
+         x_rows * p.ldx / 8 < (int64_t{1} << 32);
+}
+
 int GroupedGemm(const GroupedGemmParams& p, void* stream) {
   const int64_t shared_rows = p.shared_w != nullptr ? p.shared_rows : 0;
   if ((p.max_rows == 0 && shared_rows == 0) || p.n == 0) return 0;
@@ -725,9 +764,9 @@ int GroupedGemm(const GroupedGemmParams& p, void* stream) {
     return cudaErrorInvalidValue;
   }
   if (p.max_rows < 0 || p.max_rows >= (int64_t{1} << 31) || p.num_experts <= 0 || p.n < 0 ||
-      p.k <= 0 || p.n % 8 != 0 || p.k % 8 != 0 || p.ldx % 8 != 0 || p.ldx < p.k || p.ldy < p.n ||
-      p.x == nullptr || p.w == nullptr || p.y == nullptr || p.expert_offsets == nullptr ||
-      !Aligned16(p.x) || !Aligned16(p.w) ||
+      p.k <= 0 || p.n % 8 != 0 || p.k % 8 != 0 || p.ldx % 8 != 0 || p.ldx < p.k ||
+      p.ldy < (p.swiglu ? p.n / 2 : p.n) || p.x == nullptr || p.w == nullptr || p.y == nullptr ||
+      p.expert_offsets == nullptr || !Aligned16(p.x) || !Aligned16(p.w) ||
       (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16)) {
     return cudaErrorInvalidValue;
   }
@@ -737,11 +776,11 @@ int GroupedGemm(const GroupedGemmParams& p, void* stream) {
       p.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % static_cast<uintptr_t>(2 * elem) == 0;
   // Tile slots of the shared expert's rows, after the routed ones.
   auto shared_slots = [&](int64_t tile_rows) { return (shared_rows + tile_rows - 1) / tile_rows; };
-  // The list path addresses x rows in 32-bit 16-byte units.
-  const int64_t x_rows =
-      std::max(p.max_rows, shared_rows > 0 ? p.shared_x_row0 + shared_rows : int64_t{0});
-  if (p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts) && p.active_experts != nullptr &&
-      x_rows * p.ldx / 8 < (int64_t{1} << 32)) {
+  if (p.swiglu && (!GroupedGemmTakesListPath(p) || p.n % 32 != 0 || p.out_dtype != DType::kBF16 ||
+                   p.ldy < p.n / 2 || !(p.swiglu_limit >= 0.0f))) {
+    return cudaErrorInvalidValue;
+  }
+  if (GroupedGemmTakesListPath(p)) {
     const int64_t routed = std::min(p.num_experts, p.max_rows);
     const int64_t slots = routed + shared_slots(kListM);
     if (slots > 65535 || (p.n + kListN - 1) / kListN >= (int64_t{1} << 31)) {
@@ -749,9 +788,13 @@ int GroupedGemm(const GroupedGemmParams& p, void* stream) {
     }
     const dim3 grid(static_cast<unsigned>((p.n + kListN - 1) / kListN),
                     static_cast<unsigned>(slots));
+    if (p.swiglu) {
+      return LaunchDependent(ListSkinnyKernel<bf16, true>, grid, dim3(kListThreads), 0, s, p, pairs,
+                             static_cast<int>(routed));
+    }
     return DispatchFloat(p.out_dtype, [&](auto tag) {
       using T = decltype(tag);
-      return LaunchDependent(ListSkinnyKernel<T>, grid, dim3(kListThreads), 0, s, p, pairs,
+      return LaunchDependent(ListSkinnyKernel<T, false>, grid, dim3(kListThreads), 0, s, p, pairs,
                              static_cast<int>(routed));
     });
   }

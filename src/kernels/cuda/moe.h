@@ -88,11 +88,22 @@ struct GroupedGemmParams {
   void* y = nullptr;
   int64_t ldy = 0;
   DType out_dtype = DType::kBF16;
+  // Optional clamped SwiGLU epilogue (the w13 product at decode; list path only, n a multiple of
+  // 32, out_dtype kBF16): y is then act bf16 [rows, ldy >= n / 2] with act[r, i] =
+  // SiluMulClamp of g = (x · Wᵀ)[r, i] and u = (x · Wᵀ)[r, n / 2 + i] — the same f32 sums and
+  // the same arithmetic as GroupedGemm (f32 out) then SiluMulClamp, one launch and no gate/up
+  // round trip. CTA x of the list path then owns gate rows [16 x, 16 x + 16) and their up rows.
+  bool swiglu = false;
+  float swiglu_limit = 0.0f;  // SiluMulClamp's limit (0: silu(g) * u)
   // Optional shared expert (see above): [n, k] bf16, 16-byte aligned; shared_rows > 0 with it.
   const void* shared_w = nullptr;
   int64_t shared_rows = 0, shared_x_row0 = 0;
 };
 int GroupedGemm(const GroupedGemmParams& p, void* stream);
+// Whether GroupedGemm takes the list path for these params (the only one with the SwiGLU
+// epilogue): max_rows <= GroupedGemmSkinnyMaxRows(num_experts), active_experts given, and
+// x's rows addressable in 32-bit 16-byte units.
+bool GroupedGemmTakesListPath(const GroupedGemmParams& p);
 
 // out[r, i] = silu(min(g, limit)) * clamp(u, -limit, limit) with g = in[r, i], u = in[r, inter + i]
 // (limit 0: silu(g) * u); in f32|bf16 [rows, ld_in], out bf16 [rows, ld_out]. rows_on_device:

@@ -825,7 +825,16 @@ Status GpuDeepseekV4::RunMoe(const Layer& l, const GpuStep& step, void* stream) 
     up.shared_rows = n;
     up.shared_x_row0 = 0;
   }
-  DINFER_RETURN_IF_ERROR(Check(kc::GroupedGemm(up, stream), "experts (gate/up)"));
+  // At decode (the list path) the SwiGLU is the gate/up product's epilogue: act straight out.
+  kc::GroupedGemmParams up_act = up;
+  up_act.y = act_;
+  up_act.ldy = inter;
+  up_act.out_dtype = DType::kBF16;
+  up_act.swiglu = true;
+  up_act.swiglu_limit = static_cast<float>(v.swiglu_limit);
+  const bool swiglu_epilogue = kc::GroupedGemmTakesListPath(up_act) && (2 * inter) % 32 == 0;
+  DINFER_RETURN_IF_ERROR(
+      Check(kc::GroupedGemm(swiglu_epilogue ? up_act : up, stream), "experts (gate/up)"));
   kc::SiluMulClampParams act;
   act.in = gate_up_;
   act.in_dtype = DType::kF32;
@@ -840,7 +849,9 @@ Status GpuDeepseekV4::RunMoe(const Layer& l, const GpuStep& step, void* stream) 
     act.rows = n * k + n;
     act.fixed_rows = n;
   }
-  DINFER_RETURN_IF_ERROR(Check(kc::SiluMulClamp(act, stream), "experts (SwiGLU)"));
+  if (!swiglu_epilogue) {
+    DINFER_RETURN_IF_ERROR(Check(kc::SiluMulClamp(act, stream), "experts (SwiGLU)"));
+  }
   kc::GroupedGemmParams down = up;
   down.x = act_;
   down.ldx = inter;
