@@ -812,7 +812,7 @@ class MoeSharedExpertTest : public ::testing::TestWithParam<bool> {};
 TEST_P(MoeSharedExpertTest, FusedLayerMatchesHost) {
   SKIP_WITHOUT_GPU();
   const bool list = GetParam();
-  const int64_t num_e = 64, hidden = 136, inter = 72, top_k = 6;
+  const int64_t num_e = 64, hidden = 136, inter = 80, top_k = 6;
   const float limit = 7.0f;
   // 6 / 18 / 96 rows: skinny (with or without the list); 1,800 rows: tiled.
   for (const int64_t tokens : {1, 3, 16, 300}) {
@@ -935,7 +935,7 @@ TEST_P(MoeSharedExpertTest, FusedLayerMatchesHost) {
     ge.out_dtype = DType::kBF16;
     ge.swiglu = true;
     ge.swiglu_limit = limit;
-    if (!kc::GroupedGemmTakesListPath(ge)) {
+    if (!kc::GroupedGemmTakesListPath(ge) || ge.n % 32 != 0) {  // no epilogue there
       EXPECT_EQ(kc::GroupedGemm(ge, nullptr), kInvalidValue);
       continue;
     }

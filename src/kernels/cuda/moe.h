@@ -59,7 +59,7 @@ int MoePlan(const MoePlanParams& p, void* stream);
 //     active_experts[y] (grid min(num_experts, max_rows) x n / 32; y past the count exits at once)
 //     and all of that expert's rows, 32 at a time (the weights are read once per 32 rows); each
 //     of its 4 warps owns 8 weight rows and the whole of k (no reduction) and keeps 4 to 8
-//     16-byte weight loads in flight a lane, 6 CTAs an SM. Same results as without the list up to
+//     16-byte weight loads in flight a lane, 7 CTAs an SM. Same results as without the list up to
 //     the order of the f32 sums. Limits: min(num_experts, max_rows) <= 65535. An expert with many
 //     rows is done in passes by one row of n / 32 CTAs, so with skewed routing (one expert holding
 //     hundreds of rows) this path is slower than the one without the list; decode routing
