@@ -8,7 +8,9 @@
 // A shared expert (one more expert every token goes to, weight 1) of the routed experts' widths
 // rides along: its rows follow the routed ones at the fixed row max_rows (= tokens * top_k) of
 // the products' outputs, computed by extra CTAs of the same GroupedGemm launches, activated by the
-// same SiluMulClamp launch (fixed_rows) and added by MoeCombine (shared_row0).
+// same SiluMulClamp launch (fixed_rows) and added by MoeCombine (shared_row0). At decode (the
+// list path) the SwiGLU can be w13's epilogue (GroupedGemmParams::swiglu): plan, w13 + shared +
+// SwiGLU, w2 + shared, combine — four launches.
 // Launchers take plain params and a stream (cudaStream_t as void*), do not synchronise, allocate
 // nothing and return a cudaError_t value as int (0 on success, cudaErrorInvalidValue for invalid
 // params). Grids depend only on the params' sizes; the row counts of the experts stay on the device
@@ -25,9 +27,9 @@ namespace dinfer::kernels::cuda {
 // threads (a few microseconds at 8,192 x 6 pairs; the pairs are counted by one warp per 32 of
 // them, up to 32 warps, so a decode step's few pairs touch a single row of counters). Limits:
 // num_experts <= kMoeMaxExperts, tokens * top_k < 2^31. Rows past expert_offsets[num_experts] of
-// row_token are not written. active_experts (optional, for GroupedGemm's decode path): [num_experts
-// + 1]; entries [0, count) are the experts with rows in increasing order, entries [count,
-// num_experts) are -1, entry num_experts is count.
+// row_token are not written. active_experts (optional, for GroupedGemm's decode path):
+// [num_experts + 1]; entries [0, count) are the experts with rows in increasing order, entries
+// [count, num_experts) are -1, entry num_experts is count.
 inline constexpr int64_t kMoeMaxExperts = 1024;
 struct MoePlanParams {
   const int32_t* experts = nullptr;  // [tokens, top_k]
