@@ -547,6 +547,71 @@ TEST_P(MoeCombineTest, MatchesHostReference) {
   }
   // The inputs are exact on both sides; f32 sums of 7 terms.
   EXPECT_LT(RelError(out, want), 1e-6);
+  if (!with_shared) return;
+
+  // The shared expert's rows in y after max_rows (the fused layer): same sums with the shared
+  // term rounded as y stores it.
+  const int64_t max_rows = tokens * top_k;
+  auto y2 = RoundTo(y_dtype, Random((max_rows + tokens) * ldy, rng));
+  std::copy(y.begin(), y.end(), y2.begin());
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t d = 0; d < hidden; ++d) {
+      double s = y2[(max_rows + t) * ldy + d];
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int32_t r = plan.pair_row[t * top_k + j];
+        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
+      }
+      want[t * hidden + d] = static_cast<float>(s);
+    }
+  }
+  auto d_y2 = Upload(y2, y_dtype);
+  auto d_out2 = Poisoned(tokens * hidden, DType::kF32);
+  p.y = d_y2.data();
+  p.shared = nullptr;
+  p.shared_row0 = max_rows;
+  p.out = static_cast<float*>(d_out2.data());
+  ASSERT_CUDA_OK(kc::MoeCombine(p, nullptr));
+  EXPECT_LT(RelError(Download(d_out2, tokens * hidden, DType::kF32), want), 1e-6);
+}
+
+TEST(MoeCombineEdgeTest, WideHiddenAndManyPairs) {
+  SKIP_WITHOUT_GPU();
+  // hidden over several CTAs (4096 + 520: a partial one), top_k 9 (three batches of pairs).
+  std::mt19937 rng(9);
+  const int64_t tokens = 3, top_k = 9, num_e = 32, hidden = 4616, ldy = hidden;
+  const auto experts = Route(tokens, top_k, num_e, Routing::kRandom, rng);
+  const HostPlan plan = PlanOnHost(experts, top_k, num_e);
+  const int64_t max_rows = tokens * top_k;
+  const auto y = Random((max_rows + tokens) * ldy, rng);
+  const auto weights = Random(tokens * top_k, rng, 0.3f);
+  auto d_y = Upload(y, DType::kF32);
+  auto d_pair_row = UploadRaw(plan.pair_row);
+  auto d_weights = Upload(weights, DType::kF32);
+  auto d_out = Poisoned(tokens * hidden, DType::kF32);
+  kc::MoeCombineParams p;
+  p.y = d_y.data();
+  p.y_dtype = DType::kF32;
+  p.ldy = ldy;
+  p.pair_row = static_cast<const int32_t*>(d_pair_row.data());
+  p.weights = static_cast<const float*>(d_weights.data());
+  p.num_tokens = tokens;
+  p.top_k = top_k;
+  p.hidden = hidden;
+  p.shared_row0 = max_rows;
+  p.out = static_cast<float*>(d_out.data());
+  ASSERT_CUDA_OK(kc::MoeCombine(p, nullptr));
+  std::vector<float> want(tokens * hidden);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t d = 0; d < hidden; ++d) {
+      double s = y[(max_rows + t) * ldy + d];
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int32_t r = plan.pair_row[t * top_k + j];
+        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
+      }
+      want[t * hidden + d] = static_cast<float>(s);
+    }
+  }
+  EXPECT_LT(RelError(Download(d_out, tokens * hidden, DType::kF32), want), 1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeYAndShared, MoeCombineTest,
@@ -681,6 +746,380 @@ TEST(MoePipelineTest, MatchesHostLayer) {
     // other way (2^-8 relative, rarely), which stays far below this bound.
     EXPECT_LT(RelError(out, std::vector<float>(want.begin(), want.end())), 1e-3);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The layer with the shared expert fused in: plan; w13 with the gather plus the shared expert's
+// rows at max_rows; one SwiGLU over the routed rows (count on the device) and the shared rows;
+// w2 plus the shared rows; combine reading the shared rows from y. Decode (skinny, with and
+// without the list of active experts) and prefill (tiled) against the host layer. Rows of the
+// activation between the routed count and max_rows must stay untouched.
+
+struct SharedLayerRef {
+  std::vector<float> out;             // [tokens, hidden]
+  std::vector<float> shared_gate_up;  // [tokens, 2 * inter], the shared expert's
+};
+
+// out[t] = Σ_j w[t, j] · expert_j(x[t]) + shared(x[t]); expert(x) = act(x · w13ᵀ) · w2ᵀ with the
+// activation rounded to bf16 as the device stores it.
+SharedLayerRef HostSharedLayer(const std::vector<float>& x, const std::vector<int32_t>& experts,
+                               const std::vector<float>& weights, const std::vector<float>& w13,
+                               const std::vector<float>& w2, const std::vector<float>& sw13,
+                               const std::vector<float>& sw2, int64_t tokens, int64_t top_k,
+                               int64_t hidden, int64_t inter, float limit) {
+  SharedLayerRef ref;
+  ref.out.assign(tokens * hidden, 0.0f);
+  ref.shared_gate_up.assign(tokens * 2 * inter, 0.0f);
+  std::vector<float> gate(inter), up(inter), act(inter);
+  std::vector<double> acc_out(hidden);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::fill(acc_out.begin(), acc_out.end(), 0.0);
+    for (int64_t j = 0; j <= top_k; ++j) {  // j == top_k: the shared expert
+      const bool sh = j == top_k;
+      const int32_t e = sh ? 0 : experts[t * top_k + j];
+      if (e < 0) continue;
+      const float* a = sh ? sw13.data() : w13.data() + e * 2 * inter * hidden;
+      const float* b = sh ? sw2.data() : w2.data() + e * hidden * inter;
+      const double wt = sh ? 1.0 : weights[t * top_k + j];
+      for (int64_t i = 0; i < 2 * inter; ++i) {
+        double s = 0;
+        for (int64_t d = 0; d < hidden; ++d) s += double{x[t * hidden + d]} * a[i * hidden + d];
+        (i < inter ? gate[i] : up[i - inter]) = static_cast<float>(s);
+        if (sh) ref.shared_gate_up[t * 2 * inter + i] = static_cast<float>(s);
+      }
+      kernels::cpu::SiluMulParams sm;
+      sm.gate = gate.data();
+      sm.up = up.data();
+      sm.out = act.data();
+      sm.rows = 1;
+      sm.dim = inter;
+      sm.limit = limit;
+      kernels::cpu::SiluMul(sm);
+      const auto act_bf16 = RoundTo(DType::kBF16, act);
+      for (int64_t d = 0; d < hidden; ++d) {
+        double s = 0;
+        for (int64_t i = 0; i < inter; ++i) s += double{act_bf16[i]} * b[d * inter + i];
+        acc_out[d] += wt * s;
+      }
+    }
+    for (int64_t d = 0; d < hidden; ++d) ref.out[t * hidden + d] = static_cast<float>(acc_out[d]);
+  }
+  return ref;
+}
+
+class MoeSharedExpertTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(MoeSharedExpertTest, FusedLayerMatchesHost) {
+  SKIP_WITHOUT_GPU();
+  const bool list = GetParam();
+  const int64_t num_e = 64, hidden = 136, inter = 80, top_k = 6;
+  const float limit = 7.0f;
+  // 6 / 18 / 96 rows: skinny (with or without the list); 1,800 rows: tiled.
+  for (const int64_t tokens : {1, 3, 16, 300}) {
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    std::mt19937 rng(static_cast<uint32_t>(tokens * 7 + list));
+    const auto experts = Route(tokens, top_k, num_e, Routing::kRandom, rng, {5});
+    const HostPlan host = PlanOnHost(experts, top_k, num_e);
+    const auto weights = Random(tokens * top_k, rng, 0.3f);
+    const auto x = RoundTo(DType::kBF16, Random(tokens * hidden, rng));
+    const auto w13 = RoundTo(DType::kBF16, Random(num_e * 2 * inter * hidden, rng, 0.35f));
+    const auto w2 = RoundTo(DType::kBF16, Random(num_e * hidden * inter, rng, 0.1f));
+    const auto sw13 = RoundTo(DType::kBF16, Random(2 * inter * hidden, rng, 0.35f));
+    const auto sw2 = RoundTo(DType::kBF16, Random(hidden * inter, rng, 0.1f));
+    const int64_t max_rows = tokens * top_k, all_rows = max_rows + tokens;
+
+    auto d_experts = UploadRaw(experts);
+    auto d_weights = Upload(weights, DType::kF32);
+    auto d_x = Upload(x, DType::kBF16);
+    auto d_w13 = Upload(w13, DType::kBF16);
+    auto d_w2 = Upload(w2, DType::kBF16);
+    auto d_sw13 = Upload(sw13, DType::kBF16);
+    auto d_sw2 = Upload(sw2, DType::kBF16);
+    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
+    auto d_active = Poisoned(num_e + 1, DType::kF32);
+    auto d_row_token = Poisoned(max_rows, DType::kF32);
+    auto d_pair_row = Poisoned(max_rows, DType::kF32);
+    auto d_gate_up = Poisoned(all_rows * 2 * inter, DType::kF32);
+    auto d_act = Poisoned(all_rows * inter, DType::kBF16);
+    auto d_y = Poisoned(all_rows * hidden, DType::kF32);
+    auto d_out = Poisoned(tokens * hidden, DType::kF32);
+
+    kc::MoePlanParams plan;
+    plan.experts = static_cast<const int32_t*>(d_experts.data());
+    plan.num_tokens = tokens;
+    plan.top_k = top_k;
+    plan.num_experts = num_e;
+    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
+    plan.row_token = static_cast<int32_t*>(d_row_token.data());
+    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
+    plan.active_experts = static_cast<int32_t*>(d_active.data());
+    ASSERT_CUDA_OK(kc::MoePlan(plan, nullptr));
+    kc::GroupedGemmParams g1;
+    g1.x = d_x.data();
+    g1.ldx = hidden;
+    g1.row_token = plan.row_token;
+    g1.w = d_w13.data();
+    g1.expert_offsets = plan.expert_offsets;
+    g1.active_experts = list ? plan.active_experts : nullptr;
+    g1.num_experts = num_e;
+    g1.n = 2 * inter;
+    g1.k = hidden;
+    g1.max_rows = max_rows;
+    g1.y = d_gate_up.data();
+    g1.ldy = 2 * inter;
+    g1.out_dtype = DType::kF32;
+    g1.shared_w = d_sw13.data();
+    g1.shared_rows = tokens;
+    g1.shared_x_row0 = 0;
+    ASSERT_CUDA_OK(kc::GroupedGemm(g1, nullptr));
+    kc::SiluMulClampParams s;
+    s.in = d_gate_up.data();
+    s.in_dtype = DType::kF32;
+    s.ld_in = 2 * inter;
+    s.out = d_act.data();
+    s.ld_out = inter;
+    s.rows = all_rows;
+    s.fixed_rows = tokens;
+    s.inter = inter;
+    s.limit = limit;
+    s.rows_on_device = plan.expert_offsets + num_e;
+    ASSERT_CUDA_OK(kc::SiluMulClamp(s, nullptr));
+    kc::GroupedGemmParams g2 = g1;
+    g2.x = d_act.data();
+    g2.ldx = inter;
+    g2.row_token = nullptr;
+    g2.w = d_w2.data();
+    g2.n = hidden;
+    g2.k = inter;
+    g2.y = d_y.data();
+    g2.ldy = hidden;
+    g2.shared_w = d_sw2.data();
+    g2.shared_x_row0 = max_rows;
+    ASSERT_CUDA_OK(kc::GroupedGemm(g2, nullptr));
+    kc::MoeCombineParams cp;
+    cp.y = d_y.data();
+    cp.y_dtype = DType::kF32;
+    cp.ldy = hidden;
+    cp.pair_row = plan.pair_row;
+    cp.weights = static_cast<const float*>(d_weights.data());
+    cp.num_tokens = tokens;
+    cp.top_k = top_k;
+    cp.hidden = hidden;
+    cp.shared_row0 = max_rows;
+    cp.out = static_cast<float*>(d_out.data());
+    ASSERT_CUDA_OK(kc::MoeCombine(cp, nullptr));
+    const auto out = Download(d_out, tokens * hidden, DType::kF32);
+    const auto gate_up = Download(d_gate_up, all_rows * 2 * inter, DType::kF32);
+    const auto act = Download(d_act, all_rows * inter, DType::kBF16);
+
+    const SharedLayerRef ref = HostSharedLayer(x, experts, weights, w13, w2, sw13, sw2, tokens,
+                                               top_k, hidden, inter, limit);
+    // The shared expert's gate/up rows: f32 sums of bf16 products.
+    EXPECT_LT(RelError(std::vector<float>(gate_up.begin() + max_rows * 2 * inter, gate_up.end()),
+                       ref.shared_gate_up),
+              Tolerance(DType::kF32));
+    // As MoePipelineTest: the activation rounds to bf16 on both sides.
+    EXPECT_LT(RelError(out, ref.out), 1e-3);
+    int64_t touched = 0;
+    for (int64_t r = host.rows(); r < max_rows; ++r) {
+      for (int64_t i = 0; i < inter; ++i) touched += !std::isnan(act[r * inter + i]);
+    }
+    EXPECT_EQ(touched, 0) << "rows past the routed count were written";
+
+    // The SwiGLU as the gate/up product's epilogue (list path): the same act, routed and shared
+    // rows alike (the same f32 sums and the same arithmetic).
+    kc::GroupedGemmParams ge = g1;
+    auto d_act2 = Poisoned(all_rows * inter, DType::kBF16);
+    ge.y = d_act2.data();
+    ge.ldy = inter;
+    ge.out_dtype = DType::kBF16;
+    ge.swiglu = true;
+    ge.swiglu_limit = limit;
+    if (!kc::GroupedGemmTakesListPath(ge) || ge.n % 32 != 0) {  // no epilogue there
+      EXPECT_EQ(kc::GroupedGemm(ge, nullptr), kInvalidValue);
+      continue;
+    }
+    ASSERT_CUDA_OK(kc::GroupedGemm(ge, nullptr));
+    const auto act2 = Download(d_act2, all_rows * inter, DType::kBF16);
+    std::vector<float> got, want;
+    for (int64_t r = 0; r < all_rows; ++r) {
+      const bool unused = r >= host.rows() && r < max_rows;
+      for (int64_t i = 0; i < inter; ++i) {
+        if (unused) {
+          touched += !std::isnan(act2[r * inter + i]);
+        } else {
+          got.push_back(act2[r * inter + i]);
+          want.push_back(act[r * inter + i]);
+        }
+      }
+    }
+    EXPECT_EQ(touched, 0) << "the epilogue wrote rows past the routed count";
+    EXPECT_LT(RelError(got, want), 1e-6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeList, MoeSharedExpertTest, ::testing::Bool());
+
+TEST(MoeSwiGluEpilogueTest, MatchesSeparateLaunch) {
+  SKIP_WITHOUT_GPU();
+  // Expert 3 with ~35-45 rows (two passes of 32 rows through the epilogue's shared memory), the
+  // others a few rows, odd k, no clamp and a clamp; the epilogue's act against GroupedGemm (f32
+  // out) + SiluMulClamp, and against the host.
+  const int64_t num_e = 8, n = 96, k = 264, tokens = 40, top_k = 2;
+  for (const float limit : {0.0f, 1.5f}) {
+    SCOPED_TRACE(::testing::Message() << "limit " << limit);
+    std::mt19937 rng(static_cast<uint32_t>(limit * 10 + 3));
+    auto experts = Route(tokens, top_k, num_e, Routing::kRandom, rng);
+    for (int64_t t = 0; t < 35; ++t) {
+      experts[t * top_k] = 3;
+      if (experts[t * top_k + 1] == 3) experts[t * top_k + 1] = -1;
+    }
+    const HostPlan host = PlanOnHost(experts, top_k, num_e);
+    const int64_t max_rows = tokens * top_k, rows = host.rows();
+    const auto x = RoundTo(DType::kBF16, Random(tokens * k, rng));
+    const auto w = RoundTo(DType::kBF16, Random(num_e * n * k, rng, 0.15f));
+    auto d_x = Upload(x, DType::kBF16);
+    auto d_w = Upload(w, DType::kBF16);
+    auto d_experts = UploadRaw(experts);
+    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
+    auto d_active = Poisoned(num_e + 1, DType::kF32);
+    auto d_row_token = Poisoned(max_rows, DType::kF32);
+    auto d_pair_row = Poisoned(max_rows, DType::kF32);
+    auto d_gate_up = Poisoned(max_rows * n, DType::kF32);
+    auto d_act = Poisoned(max_rows * n / 2, DType::kBF16);
+    auto d_act2 = Poisoned(max_rows * n / 2, DType::kBF16);
+    kc::MoePlanParams plan;
+    plan.experts = static_cast<const int32_t*>(d_experts.data());
+    plan.num_tokens = tokens;
+    plan.top_k = top_k;
+    plan.num_experts = num_e;
+    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
+    plan.row_token = static_cast<int32_t*>(d_row_token.data());
+    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
+    plan.active_experts = static_cast<int32_t*>(d_active.data());
+    ASSERT_CUDA_OK(kc::MoePlan(plan, nullptr));
+    kc::GroupedGemmParams g;
+    g.x = d_x.data();
+    g.ldx = k;
+    g.row_token = plan.row_token;
+    g.w = d_w.data();
+    g.expert_offsets = plan.expert_offsets;
+    g.active_experts = plan.active_experts;
+    g.num_experts = num_e;
+    g.n = n;
+    g.k = k;
+    g.max_rows = max_rows;
+    g.y = d_gate_up.data();
+    g.ldy = n;
+    g.out_dtype = DType::kF32;
+    ASSERT_TRUE(kc::GroupedGemmTakesListPath(g));
+    ASSERT_CUDA_OK(kc::GroupedGemm(g, nullptr));
+    kc::SiluMulClampParams sp;
+    sp.in = d_gate_up.data();
+    sp.in_dtype = DType::kF32;
+    sp.ld_in = n;
+    sp.out = d_act.data();
+    sp.ld_out = n / 2;
+    sp.rows = max_rows;
+    sp.inter = n / 2;
+    sp.limit = limit;
+    sp.rows_on_device = plan.expert_offsets + num_e;
+    ASSERT_CUDA_OK(kc::SiluMulClamp(sp, nullptr));
+    kc::GroupedGemmParams ge = g;
+    ge.y = d_act2.data();
+    ge.ldy = n / 2;
+    ge.out_dtype = DType::kBF16;
+    ge.swiglu = true;
+    ge.swiglu_limit = limit;
+    ASSERT_CUDA_OK(kc::GroupedGemm(ge, nullptr));
+    const auto act = Download(d_act, max_rows * n / 2, DType::kBF16);
+    const auto act2 = Download(d_act2, max_rows * n / 2, DType::kBF16);
+    ASSERT_GT(host.offsets[4] - host.offsets[3], 32);
+    const std::vector<float> a1(act.begin(), act.begin() + rows * n / 2),
+        a2(act2.begin(), act2.begin() + rows * n / 2);
+    EXPECT_LT(RelError(a2, a1), 1e-6);
+    int64_t touched = 0;
+    for (int64_t i = rows * n / 2; i < max_rows * n / 2; ++i) touched += !std::isnan(act2[i]);
+    EXPECT_EQ(touched, 0);
+    // Against the host: double gate/up, the CPU SiluMul, bf16 rounding.
+    std::vector<float> want;
+    std::vector<float> gate(n / 2), up(n / 2), o(n / 2);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t e =
+          std::upper_bound(host.offsets.begin(), host.offsets.end(), r) - host.offsets.begin() - 1;
+      const float* xr = x.data() + host.row_token[r] * k;
+      for (int64_t c = 0; c < n; ++c) {
+        double acc = 0;
+        for (int64_t i = 0; i < k; ++i) acc += double{xr[i]} * w[(e * n + c) * k + i];
+        (c < n / 2 ? gate[c] : up[c - n / 2]) = static_cast<float>(acc);
+      }
+      kernels::cpu::SiluMulParams ref;
+      ref.gate = gate.data();
+      ref.up = up.data();
+      ref.out = o.data();
+      ref.rows = 1;
+      ref.dim = n / 2;
+      ref.limit = limit;
+      kernels::cpu::SiluMul(ref);
+      const auto ob = RoundTo(DType::kBF16, o);
+      want.insert(want.end(), ob.begin(), ob.end());
+    }
+    EXPECT_LT(RelError(a2, want), Tolerance(DType::kBF16));
+  }
+  // Invalid: n not a multiple of 32, f32 out, or a path other than the list's.
+  kc::GroupedGemmParams bad;
+  bad.x = bad.w = bad.y = reinterpret_cast<void*>(256);
+  bad.expert_offsets = reinterpret_cast<const int32_t*>(256);
+  bad.active_experts = bad.expert_offsets;
+  bad.num_experts = 8;
+  bad.n = 48;
+  bad.k = 64;
+  bad.ldx = 64;
+  bad.ldy = 48;
+  bad.max_rows = 4;
+  bad.out_dtype = DType::kBF16;
+  bad.swiglu = true;
+  EXPECT_EQ(kc::GroupedGemm(bad, nullptr), kInvalidValue);
+  bad.n = 64;
+  bad.out_dtype = DType::kF32;
+  EXPECT_EQ(kc::GroupedGemm(bad, nullptr), kInvalidValue);
+  bad.out_dtype = DType::kBF16;
+  bad.active_experts = nullptr;
+  EXPECT_EQ(kc::GroupedGemm(bad, nullptr), kInvalidValue);
+}
+
+TEST(MoeSharedExpertEdgeTest, RejectsInvalidShared) {
+  SKIP_WITHOUT_GPU();
+  auto d = cuda::DeviceBuffer::Allocate(4096);
+  ASSERT_TRUE(d.ok());
+  std::vector<int32_t> offsets(9, 0);
+  auto d_offsets = UploadRaw(offsets);
+  kc::GroupedGemmParams p;
+  p.x = d->data();
+  p.ldx = 8;
+  p.w = d->data();
+  p.expert_offsets = static_cast<const int32_t*>(d_offsets.data());
+  p.num_experts = 8;
+  p.n = 8;
+  p.k = 8;
+  p.max_rows = 4;
+  p.y = d->data();
+  p.ldy = 8;
+  p.shared_w = d->data();
+  p.shared_rows = 0;  // a shared expert without rows
+  EXPECT_EQ(kc::GroupedGemm(p, nullptr), kInvalidValue);
+  p.shared_rows = 2;
+  p.shared_w = static_cast<const uint8_t*>(d->data()) + 2;  // misaligned
+  EXPECT_EQ(kc::GroupedGemm(p, nullptr), kInvalidValue);
+  kc::SiluMulClampParams s;
+  s.in = d->data();
+  s.out = d->data();
+  s.ld_in = 16;
+  s.ld_out = 8;
+  s.rows = 2;
+  s.inter = 8;
+  s.fixed_rows = 3;  // more than the rows
+  EXPECT_EQ(kc::SiluMulClamp(s, nullptr), kInvalidValue);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -852,6 +1291,203 @@ TEST(MoeTiming, V4FlashGroupedGemm) {
     EXPECT_LT(RelError(Download(*d_y, rows * hidden, DType::kF32), y_old), Tolerance(DType::kF32));
     check(g1l, *d_x, *d_w13, *d_gate_up, DType::kBF16);
     check(g2l, *d_act, *d_w2, *d_y, DType::kF32);
+  }
+}
+
+// The whole V4-Flash MoE sublayer after routing at decode sizes: plan, w13 (+ shared), SwiGLU,
+// w2 (+ shared), combine, each timed alone and the five back to back; GB/s over the weights the
+// step reads ((active experts + 1) x 50.3 MB) plus activations. A few entries of the shared
+// expert's gate/up rows are checked against the host.
+TEST(MoeTiming, V4FlashSublayer) {
+  SKIP_WITHOUT_GPU();
+  const int64_t num_e = 256, hidden = 4096, inter = 2048, top_k = 6;
+  const float limit = 10.0f;
+  auto d_w13 = cuda::DeviceBuffer::Allocate(num_e * 2 * inter * hidden * 2);
+  auto d_w2 = cuda::DeviceBuffer::Allocate(num_e * hidden * inter * 2);
+  auto d_sw13 = cuda::DeviceBuffer::Allocate(2 * inter * hidden * 2);
+  auto d_sw2 = cuda::DeviceBuffer::Allocate(hidden * inter * 2);
+  ASSERT_TRUE(d_w13.ok() && d_w2.ok() && d_sw13.ok() && d_sw2.ok());
+  ASSERT_CUDA_OK(
+      kc::FillRandom(d_w13->data(), DType::kBF16, num_e * 2 * inter * hidden, 1, 0.03f, nullptr));
+  ASSERT_CUDA_OK(
+      kc::FillRandom(d_w2->data(), DType::kBF16, num_e * hidden * inter, 2, 0.03f, nullptr));
+  ASSERT_CUDA_OK(
+      kc::FillRandom(d_sw13->data(), DType::kBF16, 2 * inter * hidden, 5, 0.03f, nullptr));
+  ASSERT_CUDA_OK(kc::FillRandom(d_sw2->data(), DType::kBF16, hidden * inter, 6, 0.03f, nullptr));
+  auto stream = cuda::Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  auto start = cuda::Event::Create(true), end = cuda::Event::Create(true);
+  ASSERT_TRUE(start.ok() && end.ok());
+
+  for (const int64_t tokens : {1, 16, 64}) {
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    std::mt19937 rng(static_cast<uint32_t>(tokens + 100));
+    std::vector<int32_t> experts(tokens * top_k);
+    std::vector<int32_t> all(num_e);
+    std::iota(all.begin(), all.end(), 0);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::shuffle(all.begin(), all.end(), rng);
+      std::copy_n(all.begin(), top_k, experts.begin() + t * top_k);
+    }
+    const HostPlan host = PlanOnHost(experts, top_k, num_e);
+    int64_t active = 0;
+    for (int64_t e = 0; e < num_e; ++e) active += host.offsets[e + 1] > host.offsets[e];
+    const int64_t rows = tokens * top_k, all_rows = rows + tokens;
+    const auto weights = Random(tokens * top_k, rng, 0.3f);
+    auto d_experts = UploadRaw(experts);
+    auto d_weights = Upload(weights, DType::kF32);
+    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
+    auto d_row_token = Poisoned(rows, DType::kF32);
+    auto d_pair_row = Poisoned(rows, DType::kF32);
+    auto d_active = Poisoned(num_e + 1, DType::kF32);
+    auto d_x = cuda::DeviceBuffer::Allocate(tokens * hidden * 2);
+    auto d_gate_up = cuda::DeviceBuffer::Allocate(all_rows * 2 * inter * 4);
+    auto d_act = cuda::DeviceBuffer::Allocate(all_rows * inter * 2);
+    auto d_y = cuda::DeviceBuffer::Allocate(all_rows * hidden * 4);
+    auto d_out = cuda::DeviceBuffer::Allocate(tokens * hidden * 4);
+    ASSERT_TRUE(d_x.ok() && d_gate_up.ok() && d_act.ok() && d_y.ok() && d_out.ok());
+    ASSERT_CUDA_OK(kc::FillRandom(d_x->data(), DType::kBF16, tokens * hidden, 3, 1.0f, nullptr));
+    ASSERT_STATUS_OK(cuda::Synchronize());
+
+    kc::MoePlanParams plan;
+    plan.experts = static_cast<const int32_t*>(d_experts.data());
+    plan.num_tokens = tokens;
+    plan.top_k = top_k;
+    plan.num_experts = num_e;
+    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
+    plan.row_token = static_cast<int32_t*>(d_row_token.data());
+    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
+    plan.active_experts = static_cast<int32_t*>(d_active.data());
+    kc::GroupedGemmParams g1;
+    g1.x = d_x->data();
+    g1.ldx = hidden;
+    g1.row_token = plan.row_token;
+    g1.w = d_w13->data();
+    g1.expert_offsets = plan.expert_offsets;
+    g1.active_experts = plan.active_experts;
+    g1.num_experts = num_e;
+    g1.n = 2 * inter;
+    g1.k = hidden;
+    g1.max_rows = rows;
+    g1.y = d_gate_up->data();
+    g1.ldy = 2 * inter;
+    g1.out_dtype = DType::kF32;
+    g1.shared_w = d_sw13->data();
+    g1.shared_rows = tokens;
+    kc::SiluMulClampParams sp;
+    sp.in = d_gate_up->data();
+    sp.in_dtype = DType::kF32;
+    sp.ld_in = 2 * inter;
+    sp.out = d_act->data();
+    sp.ld_out = inter;
+    sp.rows = all_rows;
+    sp.fixed_rows = tokens;
+    sp.inter = inter;
+    sp.limit = limit;
+    sp.rows_on_device = plan.expert_offsets + num_e;
+    kc::GroupedGemmParams g2 = g1;
+    g2.x = d_act->data();
+    g2.ldx = inter;
+    g2.row_token = nullptr;
+    g2.w = d_w2->data();
+    g2.n = hidden;
+    g2.k = inter;
+    g2.y = d_y->data();
+    g2.ldy = hidden;
+    g2.shared_w = d_sw2->data();
+    g2.shared_x_row0 = rows;
+    kc::MoeCombineParams cp;
+    cp.y = d_y->data();
+    cp.y_dtype = DType::kF32;
+    cp.ldy = hidden;
+    cp.pair_row = plan.pair_row;
+    cp.weights = static_cast<const float*>(d_weights.data());
+    cp.num_tokens = tokens;
+    cp.top_k = top_k;
+    cp.hidden = hidden;
+    cp.shared_row0 = rows;
+    cp.out = static_cast<float*>(d_out->data());
+    void* s = stream->get();
+    auto layer = [&] {
+      int rc = kc::MoePlan(plan, s);
+      if (rc == 0) rc = kc::GroupedGemm(g1, s);
+      if (rc == 0) rc = kc::SiluMulClamp(sp, s);
+      if (rc == 0) rc = kc::GroupedGemm(g2, s);
+      if (rc == 0) rc = kc::MoeCombine(cp, s);
+      return rc;
+    };
+    auto time_us = [&](auto&& launch) -> double {
+      const int iters = 20;
+      for (int i = 0; i < 2; ++i) EXPECT_EQ(launch(), 0);
+      EXPECT_TRUE(start->Record(*stream).ok());
+      for (int i = 0; i < iters; ++i) EXPECT_EQ(launch(), 0);
+      EXPECT_TRUE(end->Record(*stream).ok());
+      EXPECT_TRUE(end->Synchronize().ok());
+      const auto ms = cuda::Event::ElapsedMs(*start, *end);
+      EXPECT_TRUE(ms.ok());
+      return ms.ok() ? *ms * 1e3 / iters : 0.0;
+    };
+    ASSERT_EQ(layer(), 0);  // the plan and every buffer in place before the kernels run alone
+    const double plan_us = time_us([&] { return kc::MoePlan(plan, s); });
+    const double g1_us = time_us([&] { return kc::GroupedGemm(g1, s); });
+    const double act_us = time_us([&] { return kc::SiluMulClamp(sp, s); });
+    const double g2_us = time_us([&] { return kc::GroupedGemm(g2, s); });
+    const double comb_us = time_us([&] { return kc::MoeCombine(cp, s); });
+    const double layer_us = time_us(layer);
+    // The decode sequence of the runner: the SwiGLU as w13's epilogue, 4 launches.
+    kc::GroupedGemmParams g1e = g1;
+    g1e.y = d_act->data();
+    g1e.ldy = inter;
+    g1e.out_dtype = DType::kBF16;
+    g1e.swiglu = true;
+    g1e.swiglu_limit = limit;
+    const double g1e_us = time_us([&] { return kc::GroupedGemm(g1e, s); });
+    auto layer4 = [&] {
+      int rc = kc::MoePlan(plan, s);
+      if (rc == 0) rc = kc::GroupedGemm(g1e, s);
+      if (rc == 0) rc = kc::GroupedGemm(g2, s);
+      if (rc == 0) rc = kc::MoeCombine(cp, s);
+      return rc;
+    };
+    const double layer4_us = time_us(layer4);
+    ASSERT_STATUS_OK(stream->Synchronize());
+    EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, num_e + 1), host.offsets);
+    const double experts_read = double(active + 1);
+    const double w13_b = experts_read * 2 * inter * hidden * 2,
+                 w2_b = experts_read * hidden * inter * 2;
+    const double g1_b = w13_b + tokens * hidden * 2.0 + all_rows * 2 * inter * 4.0;
+    const double g2_b = w2_b + all_rows * inter * 2.0 + all_rows * hidden * 4.0;
+    std::printf(
+        "[ MoE V4 sublayer ] %2lld tokens (%lld active experts + shared): plan %.1f us, "
+        "w13+shared %.1f us (%.0f GB/s), SwiGLU %.1f us, w2+shared %.1f us (%.0f GB/s), "
+        "combine %.1f us; all five back to back %.1f us = %.0f GB/s of weights "
+        "(%.2f of 4.5 TB/s)\n",
+        static_cast<long long>(tokens), static_cast<long long>(active), plan_us, g1_us,
+        g1_b / (g1_us * 1e-6) / 1e9, act_us, g2_us, g2_b / (g2_us * 1e-6) / 1e9, comb_us, layer_us,
+        (w13_b + w2_b) / (layer_us * 1e-6) / 1e9, (w13_b + w2_b) / (layer_us * 1e-6) / 4.5e12);
+    std::printf(
+        "[ MoE V4 sublayer ] %2lld tokens, SwiGLU as w13's epilogue: w13+shared+SwiGLU %.1f us "
+        "(%.0f GB/s of weights); plan, w13, w2, combine back to back %.1f us = %.0f GB/s of "
+        "weights (%.2f of 4.5 TB/s)\n",
+        static_cast<long long>(tokens), g1e_us, w13_b / (g1e_us * 1e-6) / 1e9, layer4_us,
+        (w13_b + w2_b) / (layer4_us * 1e-6) / 1e9, (w13_b + w2_b) / (layer4_us * 1e-6) / 4.5e12);
+
+    // Spot checks of the shared expert's gate/up rows (f32) against the host.
+    std::vector<float> got, want;
+    std::vector<uint16_t> xr(hidden), wr(hidden);
+    std::uniform_int_distribution<int64_t> pick_t(0, tokens - 1), pick_c(0, 2 * inter - 1);
+    for (int i = 0; i < 16; ++i) {
+      const int64_t t = pick_t(rng), col = pick_c(rng);
+      ASSERT_STATUS_OK(d_x->CopyToHost(xr.data(), hidden * 2, t * hidden * 2));
+      ASSERT_STATUS_OK(d_sw13->CopyToHost(wr.data(), hidden * 2, col * hidden * 2));
+      double acc = 0;
+      for (int64_t d = 0; d < hidden; ++d) acc += double{Bf16ToF32(xr[d])} * Bf16ToF32(wr[d]);
+      want.push_back(static_cast<float>(acc));
+      float v = 0;
+      ASSERT_STATUS_OK(d_gate_up->CopyToHost(&v, 4, ((rows + t) * 2 * inter + col) * 4));
+      got.push_back(v);
+    }
+    EXPECT_LT(RelError(got, want), Tolerance(DType::kF32));
   }
 }
 

@@ -36,12 +36,15 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const MoePlanParams p
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int num_e = static_cast<int>(p.num_experts);
   const int pairs = static_cast<int>(p.num_tokens * p.top_k);
-  for (int i = tid; i < kPlanWarps * num_e; i += kPlanThreads) counts[i] = 0;
+  // Counting warps: one per 32 pairs up to all of them (a decode step: one row of counters).
+  const int count_warps = min(kPlanWarps, max(1, (pairs + 31) / 32));
+  for (int i = tid; i < count_warps * num_e; i += kPlanThreads) counts[i] = 0;
   __syncthreads();
 
-  const int per_warp = ((pairs + kPlanWarps - 1) / kPlanWarps + 31) / 32 * 32;
-  const int begin = min(warp * per_warp, pairs), end = min(begin + per_warp, pairs);
-  int32_t* mine = counts + warp * num_e;
+  const int per_warp = ((pairs + count_warps - 1) / count_warps + 31) / 32 * 32;
+  const int begin = warp < count_warps ? min(warp * per_warp, pairs) : pairs;
+  const int end = min(begin + per_warp, pairs);
+  int32_t* mine = counts + min(warp, count_warps - 1) * num_e;
   for (int i = begin + lane; i < end; i += 32) {
     const int e = p.experts[i];
     if (e >= 0 && e < num_e) atomicAdd(&mine[e], 1);
@@ -52,7 +55,7 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const MoePlanParams p
   const int e = tid;
   int total = 0;
   if (e < num_e) {
-    for (int w = 0; w < kPlanWarps; ++w) {
+    for (int w = 0; w < count_warps; ++w) {
       const int c = counts[w * num_e + e];
       counts[w * num_e + e] = total;
       total += c;
@@ -71,7 +74,7 @@ __global__ void __launch_bounds__(kPlanThreads) PlanKernel(const MoePlanParams p
   const int first = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - total;
   if (e < num_e) {
     p.expert_offsets[e] = first;
-    for (int w = 0; w < kPlanWarps; ++w) counts[w * num_e + e] += first;
+    for (int w = 0; w < count_warps; ++w) counts[w * num_e + e] += first;
   }
   if (tid == 0) p.expert_offsets[num_e] = warp_sums[kPlanWarps - 1];
   if (p.active_experts != nullptr) {
@@ -156,6 +159,47 @@ __device__ __forceinline__ bool FindTile(const int32_t* offsets, int num_e, int 
   return false;
 }
 
+// The work of a tile slot: the routed slots (found from expert_offsets) come first, then the
+// shared expert's, kTileRows of its rows each (y rows from max_rows on).
+struct Work {
+  const bf16* w;      // the expert's [n, k] weights
+  int row0, row_end;  // its y rows [row0, row_end)
+  bool gather;        // x row of y row r: row_token[r], else r + x_shift
+  int64_t x_shift;
+};
+
+__device__ __forceinline__ int64_t XRow(const GroupedGemmParams& p, const Work& work, int r) {
+  return work.gather ? static_cast<int64_t>(p.row_token[r]) : r + work.x_shift;
+}
+
+__device__ __forceinline__ bool SharedWork(const GroupedGemmParams& p, int j, int tile_rows,
+                                           Work& work) {
+  if (p.shared_w == nullptr || static_cast<int64_t>(j) * tile_rows >= p.shared_rows) return false;
+  work.w = static_cast<const bf16*>(p.shared_w);
+  work.row0 = static_cast<int>(p.max_rows) + j * tile_rows;
+  work.row_end =
+      static_cast<int>(p.max_rows + min(p.shared_rows, static_cast<int64_t>(j + 1) * tile_rows));
+  work.gather = false;
+  work.x_shift = p.shared_x_row0 - p.max_rows;
+  return true;
+}
+
+template <int kTileRows>
+__device__ __forceinline__ bool FindWork(const GroupedGemmParams& p, int slot, int routed_slots,
+                                         Work& work) {
+  if (slot >= routed_slots) return SharedWork(p, slot - routed_slots, kTileRows, work);
+  Tile tile;
+  if (!FindTile<kTileRows>(p.expert_offsets, static_cast<int>(p.num_experts), slot, tile)) {
+    return false;
+  }
+  work.w = static_cast<const bf16*>(p.w) + static_cast<int64_t>(tile.expert) * p.n * p.k;
+  work.row0 = tile.row0;
+  work.row_end = tile.row_end;
+  work.gather = p.row_token != nullptr;
+  work.x_shift = 0;
+  return true;
+}
+
 // y[r, c] and y[r, c + 1] (c even, c + 1 < n); pairs: y and ldy allow one aligned store.
 template <typename T>
 __device__ __forceinline__ void StoreY(const GroupedGemmParams& p, int64_t r, int64_t c, float v0,
@@ -194,23 +238,19 @@ constexpr int kSkinnyUnroll = 8;  // 16-byte weight loads in flight a lane
 
 template <typename T>
 __global__ void __launch_bounds__(kSkinnyThreads, 4)
-    SkinnyKernel(const GroupedGemmParams p, const bool pairs) {
+    SkinnyKernel(const GroupedGemmParams p, const bool pairs, const int routed_slots) {
   __shared__ float4 partial[kSkinnyWarps][32];
   WaitForPrerequisites();
-  Tile tile;
-  if (!FindTile<kSkinnyM>(p.expert_offsets, static_cast<int>(p.num_experts),
-                          static_cast<int>(blockIdx.y), tile)) {
-    return;
-  }
+  Work tile;
+  if (!FindWork<kSkinnyM>(p, static_cast<int>(blockIdx.y), routed_slots, tile)) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyN;
   const int rows = tile.row_end - tile.row0;
   const bool ok0 = g < rows, ok1 = g + 8 < rows;
-  auto token = [&](int r) -> int64_t { return p.row_token ? p.row_token[r] : r; };
-  const int64_t tok0 = ok0 ? token(tile.row0 + g) : 0;
-  const int64_t tok1 = ok1 ? token(tile.row0 + g + 8) : 0;
-  const bf16* w = static_cast<const bf16*>(p.w) + (tile.expert * p.n + n0 + g) * p.k + t * 8;
+  const int64_t tok0 = ok0 ? XRow(p, tile, tile.row0 + g) : 0;
+  const int64_t tok1 = ok1 ? XRow(p, tile, tile.row0 + g + 8) : 0;
+  const bf16* w = tile.w + (n0 + g) * p.k + t * 8;
   const bf16* x0 = static_cast<const bf16*>(p.x) + tok0 * p.ldx + t * 8;
   const bf16* x1 = static_cast<const bf16*>(p.x) + tok1 * p.ldx + t * 8;
 
@@ -264,8 +304,9 @@ __global__ void __launch_bounds__(kSkinnyThreads, 4)
 // of the weight rows and the whole of k, so no reduction: lane (g, t) streams elements
 // 8 t .. 8 t + 7 of each 32-wide k chunk of weight row g (the permutation of the skinny kernel),
 // 4 chunks a round, the next round's loads issued before this round's products (4 to 8 16-byte
-// loads in flight a lane). 80 registers, 6 CTAs an SM: the 768 CTAs of a V4-Flash token
-// (6 experts x 4096 / 32) are all resident at once, one wave with ~6-12 MB of loads in flight.
+// loads in flight a lane). 72 registers, 7 CTAs an SM (924 on the H200): the 896 CTAs of a
+// V4-Flash token (6 routed experts and the shared one x 4096 / 32) are all resident at once, one
+// wave with ~7-14 MB of loads in flight.
 // x rows come through L1 (the 4 warps read the same ones), 2 chunks of them loaded together; the
 // fragment rows past the expert's rows read its first row (valid memory; their sums are not
 // stored), so x loads need no predicates but the k tail's.
@@ -289,17 +330,39 @@ __device__ __forceinline__ uint4 LoadX(const bf16* ptr) {
   return __ldg(reinterpret_cast<const uint4*>(ptr));
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kListThreads, 6)
-    ListSkinnyKernel(const GroupedGemmParams p, const bool pairs) {
+// The clamped SwiGLU of one gate/up pair (SiluMulClamp and the list kernel's epilogue alike).
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
+__device__ __forceinline__ float SwiGlu(float g, float u, float limit) {
+  if (limit > 0.0f) {
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+  }
+  return Silu(g) * u;
+}
+
+// kSwiGlu: CTA x takes gate rows [16 x, 16 x + 16) (warps 0, 1) and the matching up rows
+// n / 2 + [16 x, 16 x + 16) (warps 2, 3); the up warps hand their sums over through shared memory
+// and the gate warps store act = SwiGlu(g, u) as bf16.
+template <typename T, bool kSwiGlu>
+__global__ void __launch_bounds__(kListThreads, 7)
+    ListSkinnyKernel(const GroupedGemmParams p, const bool pairs, const int routed_slots) {
   WaitForPrerequisites();
-  const int expert = p.active_experts[blockIdx.y];
+  const int slot = static_cast<int>(blockIdx.y);
+  const bool shared = slot >= routed_slots;  // a pass of the shared expert's rows
+  const int expert = shared ? 0 : p.active_experts[slot];
   if (expert < 0 || expert >= p.num_experts) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kListN + warp * 8;
-  if (n0 >= p.n) return;  // n is a multiple of 8: a warp's 8 weight rows are all in or all out
-  const bf16* w = static_cast<const bf16*>(p.w) + (expert * p.n + n0 + g) * p.k + t * 8;
+  const int64_t n0 =
+      kSwiGlu ? (warp >> 1) * (p.n / 2) + static_cast<int64_t>(blockIdx.x) * 16 + (warp & 1) * 8
+              : static_cast<int64_t>(blockIdx.x) * kListN + warp * 8;
+  // n is a multiple of 8 (32 with kSwiGlu): a warp's 8 weight rows are all in or all out.
+  if (!kSwiGlu && n0 >= p.n) return;
+  const bf16* w = (shared ? static_cast<const bf16*>(p.shared_w)
+                          : static_cast<const bf16*>(p.w) + expert * p.n * p.k) +
+                  (n0 + g) * p.k + t * 8;
+  const bool gather = !shared && p.row_token != nullptr;
+  const int x_shift = shared ? static_cast<int>(p.shared_x_row0 - p.max_rows) : 0;
   const bf16* xb = static_cast<const bf16*>(p.x);
   const int chunks = static_cast<int>((p.k + 31) / 32);
   const int lane_k = t * 8;
@@ -323,7 +386,15 @@ __global__ void __launch_bounds__(kListThreads, 6)
   // The first round of weights does not depend on the rows: in flight before their offsets.
   uint4 cur[kListUnroll];
   load_round(cur, 0);
-  const int row_begin = p.expert_offsets[expert], row_end = p.expert_offsets[expert + 1];
+  int row_begin, row_end;
+  if (shared) {
+    const int64_t j = (slot - routed_slots) * int64_t{kListM};
+    row_begin = static_cast<int>(p.max_rows + j);
+    row_end = static_cast<int>(p.max_rows + min(p.shared_rows, j + kListM));
+  } else {
+    row_begin = p.expert_offsets[expert];
+    row_end = p.expert_offsets[expert + 1];
+  }
   for (int r0 = row_begin; r0 < row_end; r0 += kListM) {
     const int rows = min(kListM, row_end - r0);
     // Which fragment rows have rows (warp-uniform): g + 8 i for i = 0 .. 3.
@@ -335,7 +406,10 @@ __global__ void __launch_bounds__(kListThreads, 6)
       const int r = g + 8 * i;
       const int rr = r0 + (r < rows ? r : 0);
       xr[i] = static_cast<uint32_t>(
-          ((p.row_token ? static_cast<int64_t>(p.row_token[rr]) : rr) * p.ldx + lane_k) / 8);
+          ((gather ? static_cast<int64_t>(p.row_token[rr]) : static_cast<int64_t>(rr + x_shift)) *
+               p.ldx +
+           lane_k) /
+          8);
     }
     auto load_x = [&](int i, int c) {
       return LoadX(xb + static_cast<int64_t>(xr[i]) * 8 + c * 32);
@@ -386,12 +460,35 @@ __global__ void __launch_bounds__(kListThreads, 6)
     } else {
       AllowDependents();
     }
-    const int64_t c = n0 + t * 2;
+    if constexpr (kSwiGlu) {
+      __shared__ float4 up_sums[2][2][32];
+      if (warp >= 2) {
+        up_sums[warp & 1][0][lane] = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
+        up_sums[warp & 1][1][lane] = make_float4(acc[1][0], acc[1][1], acc[1][2], acc[1][3]);
+      }
+      __syncthreads();
+      if (warp < 2) {
+        const float4 u0 = up_sums[warp][0][lane], u1 = up_sums[warp][1][lane];
+        const float up[2][4] = {{u0.x, u0.y, u0.z, u0.w}, {u1.x, u1.y, u1.z, u1.w}};
+        const int64_t c = n0 + t * 2;  // a gate column: the act column
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (g + 8 * i < rows) {
-        StoreY<T>(p, r0 + g + 8 * i, c, acc[i >> 1][(i & 1) * 2], acc[i >> 1][(i & 1) * 2 + 1],
-                  pairs);
+        for (int i = 0; i < 4; ++i) {
+          if (g + 8 * i < rows) {
+            const int m = i >> 1, e = (i & 1) * 2;
+            StoreY<bf16>(p, r0 + g + 8 * i, c, SwiGlu(acc[m][e], up[m][e], p.swiglu_limit),
+                         SwiGlu(acc[m][e + 1], up[m][e + 1], p.swiglu_limit), pairs);
+          }
+        }
+      }
+      __syncthreads();  // up_sums is rewritten by the next pass
+    } else {
+      const int64_t c = n0 + t * 2;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (g + 8 * i < rows) {
+          StoreY<T>(p, r0 + g + 8 * i, c, acc[i >> 1][(i & 1) * 2], acc[i >> 1][(i & 1) * 2 + 1],
+                    pairs);
+        }
       }
     }
   }
@@ -413,15 +510,16 @@ __device__ __forceinline__ int Swizzled(int r, int c) { return Swizzled128(r, c)
 
 template <typename T>
 __global__ void __launch_bounds__(kTiledThreads, 1)
-    TiledKernel(const GroupedGemmParams p, const int n_tiles, const bool pairs) {
+    TiledKernel(const GroupedGemmParams p, const int n_tiles, const bool pairs,
+                const int routed_slots) {
   constexpr int kRowStep = kTiledThreads / 8;  // rows a pass of the copiers covers
   constexpr int kMt = kTileM / 32;             // m16 tiles a warp
   extern __shared__ uint4 smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
   WaitForPrerequisites();
-  Tile tile;
+  Work tile;
   const int slot = static_cast<int>(blockIdx.x) / n_tiles;
-  if (!FindTile<kTileM>(p.expert_offsets, static_cast<int>(p.num_experts), slot, tile)) return;
+  if (!FindWork<kTileM>(p, slot, routed_slots, tile)) return;
   const int64_t n0 = static_cast<int64_t>(static_cast<int>(blockIdx.x) % n_tiles) * kTileN;
   const int m_left = tile.row_end - tile.row0;
   const int n_left = static_cast<int>(min(p.n - n0, int64_t{kTileN}));
@@ -440,8 +538,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
   for (int j = 0; j < kTileM / kRowStep; ++j) {
     const int r = row + j * kRowStep;
     if (r < m_left) {
-      const int64_t tok = p.row_token ? p.row_token[tile.row0 + r] : tile.row0 + r;
-      x_src[j] = xb + tok * p.ldx + chunk * 8;
+      x_src[j] = xb + XRow(p, tile, tile.row0 + r) * p.ldx + chunk * 8;
     } else {
       x_src[j] = nullptr;
     }
@@ -449,7 +546,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1)
 #pragma unroll
   for (int j = 0; j < kTileN / kRowStep; ++j) {
     const int r = row + j * kRowStep;
-    w_src[j] = r < n_left ? wb + (tile.expert * p.n + n0 + r) * p.k + chunk * 8 : nullptr;
+    w_src[j] = r < n_left ? tile.w + (n0 + r) * p.k + chunk * 8 : nullptr;
   }
   auto load_stage = [&](int stage, int kb) {
     uint8_t* sa = smem + stage * kStageBytes;
@@ -524,19 +621,20 @@ int64_t TileSlots(int64_t max_rows, int64_t num_experts, int64_t tile_rows) {
 // ---------------------------------------------------------------------------------------------
 // SwiGLU and combine: 8 (4) elements a thread, grid-stride over a grid fixed by the bounds.
 
-__device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
-
 template <typename T>
 __global__ void __launch_bounds__(256) SiluMulClampKernel(const SiluMulClampParams p) {
   WaitForPrerequisites();
-  int64_t rows = p.rows;
-  if (p.rows_on_device != nullptr) rows = min(rows, static_cast<int64_t>(*p.rows_on_device));
-  const int64_t vecs = p.inter / 8, total = rows * vecs;
+  // Rows [0, head) and then the fixed rows [p.rows - p.fixed_rows, p.rows).
+  const int64_t fixed_from = p.rows - p.fixed_rows;
+  int64_t head = fixed_from;
+  if (p.rows_on_device != nullptr) head = min(head, static_cast<int64_t>(*p.rows_on_device));
+  const int64_t vecs = p.inter / 8, total = (head + p.fixed_rows) * vecs;
   const T* in = static_cast<const T*>(p.in);
   bf16* out = static_cast<bf16*>(p.out);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / vecs, c = (i % vecs) * 8;
+    const int64_t ri = i / vecs, c = (i % vecs) * 8;
+    const int64_t r = ri < head ? ri : ri - head + fixed_from;
     float g[8], u[8];
     const T* src = in + r * p.ld_in + c;
 #pragma unroll
@@ -546,47 +644,75 @@ __global__ void __launch_bounds__(256) SiluMulClampKernel(const SiluMulClampPara
     }
     float o[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      float gj = g[j], uj = u[j];
-      if (p.limit > 0.0f) {
-        gj = fminf(gj, p.limit);
-        uj = fminf(fmaxf(uj, -p.limit), p.limit);
-      }
-      o[j] = Silu(gj) * uj;
-    }
+    for (int j = 0; j < 8; ++j) o[j] = SwiGlu(g[j], u[j], p.limit);
     StoreVec(out + r * p.ld_out + c, o);
   }
   AllowDependents();
 }
 
+// CTA (x, y): columns [512 x, 512 x + 512) of token y (8 a thread), grid-stride over tokens. The
+// rows and weights of a token's pairs are read first (4 at a time), so the loads of y are
+// independent of each other.
+constexpr int kCombineThreads = 64;
+constexpr int kCombineCols = kCombineThreads * 8;
+constexpr int kCombineBatch = 4;
+
 template <typename T>
-__global__ void __launch_bounds__(256) CombineKernel(const MoeCombineParams p) {
+__device__ __forceinline__ void LoadY8(const T* src, float (&v)[8]) {
+#pragma unroll
+  for (int h = 0; h < 8 / kVec<T>; ++h) {
+    LoadVec(src + h * kVec<T>, *reinterpret_cast<float(*)[kVec<T>]>(v + h * kVec<T>));
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kCombineThreads) CombineKernel(const MoeCombineParams p) {
   WaitForPrerequisites();
   const T* y = static_cast<const T*>(p.y);
-  for (int64_t tok = blockIdx.x; tok < p.num_tokens; tok += gridDim.x) {
-    const int32_t* rows = p.pair_row + tok * p.top_k;
-    const float* wts = p.weights + tok * p.top_k;
-    for (int64_t c = threadIdx.x * 8; c < p.hidden; c += blockDim.x * 8) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kCombineCols + threadIdx.x * 8;
+  if (c < p.hidden) {
+    for (int64_t tok = blockIdx.y; tok < p.num_tokens; tok += gridDim.y) {
+      const int32_t* rows = p.pair_row + tok * p.top_k;
+      const float* wts = p.weights + tok * p.top_k;
       float acc[8] = {};
-      for (int64_t j = 0; j < p.top_k; ++j) {
-        const int32_t r = rows[j];
-        if (r < 0) continue;
-        const float wt = wts[j];
-        float v[8];
+      for (int64_t j0 = 0; j0 < p.top_k; j0 += kCombineBatch) {
+        int32_t r[kCombineBatch];
+        float wt[kCombineBatch];
 #pragma unroll
-        for (int h = 0; h < 8 / kVec<T>; ++h) {
-          LoadVec(y + r * p.ldy + c + h * kVec<T>,
-                  *reinterpret_cast<float(*)[kVec<T>]>(v + h * kVec<T>));
+        for (int b = 0; b < kCombineBatch; ++b) {
+          const bool in = j0 + b < p.top_k;
+          r[b] = in ? rows[j0 + b] : -1;
+          wt[b] = in ? wts[j0 + b] : 0.0f;
+        }
+        float v[kCombineBatch][8];
+#pragma unroll
+        for (int b = 0; b < kCombineBatch; ++b) {
+          if (r[b] >= 0) {
+            LoadY8(y + r[b] * p.ldy + c, v[b]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[b][i] = 0.0f;
+          }
         }
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] += v[i] * wt;
+        for (int b = 0; b < kCombineBatch; ++b) {
+          if (r[b] < 0) continue;  // skipped pairs add nothing (not even -0.0 * inf)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[i] += v[b][i] * wt[b];
+        }
       }
       if (p.shared != nullptr) {
-        float s[8];
-        LoadVec(p.shared + tok * p.hidden + c, *reinterpret_cast<float(*)[4]>(s));
-        LoadVec(p.shared + tok * p.hidden + c + 4, *reinterpret_cast<float(*)[4]>(s + 4));
+        float sh[8];
+        LoadVec(p.shared + tok * p.hidden + c, *reinterpret_cast<float(*)[4]>(sh));
+        LoadVec(p.shared + tok * p.hidden + c + 4, *reinterpret_cast<float(*)[4]>(sh + 4));
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] += s[i];
+        for (int i = 0; i < 8; ++i) acc[i] += sh[i];
+      }
+      if (p.shared_row0 >= 0) {
+        float sh[8];
+        LoadY8(y + (p.shared_row0 + tok) * p.ldy + c, sh);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] += sh[i];
       }
       float* o = p.out + tok * p.hidden + c;
       StoreVec(o, *reinterpret_cast<float(*)[4]>(acc));
@@ -620,12 +746,27 @@ int MoePlan(const MoePlanParams& p, void* stream) {
                          static_cast<cudaStream_t>(stream), p);
 }
 
+bool GroupedGemmTakesListPath(const GroupedGemmParams& p) {
+  // The list path addresses x rows in 32-bit 16-byte units.
+  const int64_t shared_rows = p.shared_w != nullptr ? p.shared_rows : 0;
+  const int64_t x_rows =
+      std::max(p.max_rows, shared_rows > 0 ? p.shared_x_row0 + shared_rows : int64_t{0});
+  return p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts) && p.active_experts != nullptr &&
+         x_rows * p.ldx / 8 < (int64_t{1} << 32);
+}
+
 int GroupedGemm(const GroupedGemmParams& p, void* stream) {
-  if (p.max_rows == 0 || p.n == 0) return 0;
+  const int64_t shared_rows = p.shared_w != nullptr ? p.shared_rows : 0;
+  if ((p.max_rows == 0 && shared_rows == 0) || p.n == 0) return 0;
+  if (p.shared_w != nullptr &&
+      (p.shared_rows <= 0 || p.shared_x_row0 < 0 || !Aligned16(p.shared_w) ||
+       p.max_rows + p.shared_rows >= (int64_t{1} << 31))) {
+    return cudaErrorInvalidValue;
+  }
   if (p.max_rows < 0 || p.max_rows >= (int64_t{1} << 31) || p.num_experts <= 0 || p.n < 0 ||
-      p.k <= 0 || p.n % 8 != 0 || p.k % 8 != 0 || p.ldx % 8 != 0 || p.ldx < p.k || p.ldy < p.n ||
-      p.x == nullptr || p.w == nullptr || p.y == nullptr || p.expert_offsets == nullptr ||
-      !Aligned16(p.x) || !Aligned16(p.w) ||
+      p.k <= 0 || p.n % 8 != 0 || p.k % 8 != 0 || p.ldx % 8 != 0 || p.ldx < p.k ||
+      p.ldy < (p.swiglu ? p.n / 2 : p.n) || p.x == nullptr || p.w == nullptr || p.y == nullptr ||
+      p.expert_offsets == nullptr || !Aligned16(p.x) || !Aligned16(p.w) ||
       (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16)) {
     return cudaErrorInvalidValue;
   }
@@ -633,31 +774,44 @@ int GroupedGemm(const GroupedGemmParams& p, void* stream) {
   const int64_t elem = p.out_dtype == DType::kF32 ? 4 : 2;
   const bool pairs =
       p.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(p.y) % static_cast<uintptr_t>(2 * elem) == 0;
-  // The list path addresses x rows (tokens < max_rows) in 32-bit 16-byte units.
-  if (p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts) && p.active_experts != nullptr &&
-      p.max_rows * p.ldx / 8 < (int64_t{1} << 32)) {
-    const int64_t slots = std::min(p.num_experts, p.max_rows);
+  // Tile slots of the shared expert's rows, after the routed ones.
+  auto shared_slots = [&](int64_t tile_rows) { return (shared_rows + tile_rows - 1) / tile_rows; };
+  if (p.swiglu && (!GroupedGemmTakesListPath(p) || p.n % 32 != 0 || p.out_dtype != DType::kBF16 ||
+                   p.ldy < p.n / 2 || !(p.swiglu_limit >= 0.0f))) {
+    return cudaErrorInvalidValue;
+  }
+  if (GroupedGemmTakesListPath(p)) {
+    const int64_t routed = std::min(p.num_experts, p.max_rows);
+    const int64_t slots = routed + shared_slots(kListM);
     if (slots > 65535 || (p.n + kListN - 1) / kListN >= (int64_t{1} << 31)) {
       return cudaErrorInvalidValue;
     }
     const dim3 grid(static_cast<unsigned>((p.n + kListN - 1) / kListN),
                     static_cast<unsigned>(slots));
+    if (p.swiglu) {
+      return LaunchDependent(ListSkinnyKernel<bf16, true>, grid, dim3(kListThreads), 0, s, p, pairs,
+                             static_cast<int>(routed));
+    }
     return DispatchFloat(p.out_dtype, [&](auto tag) {
       using T = decltype(tag);
-      return LaunchDependent(ListSkinnyKernel<T>, grid, dim3(kListThreads), 0, s, p, pairs);
+      return LaunchDependent(ListSkinnyKernel<T, false>, grid, dim3(kListThreads), 0, s, p, pairs,
+                             static_cast<int>(routed));
     });
   }
   if (p.max_rows <= GroupedGemmSkinnyMaxRows(p.num_experts)) {
-    const int64_t slots = TileSlots(p.max_rows, p.num_experts, kSkinnyM);
+    const int64_t routed = TileSlots(p.max_rows, p.num_experts, kSkinnyM);
+    const int64_t slots = routed + shared_slots(kSkinnyM);
     if (slots > 65535 || p.n / kSkinnyN >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
     const dim3 grid(static_cast<unsigned>(p.n / kSkinnyN), static_cast<unsigned>(slots));
     return DispatchFloat(p.out_dtype, [&](auto tag) {
       using T = decltype(tag);
-      return LaunchDependent(SkinnyKernel<T>, grid, dim3(kSkinnyThreads), 0, s, p, pairs);
+      return LaunchDependent(SkinnyKernel<T>, grid, dim3(kSkinnyThreads), 0, s, p, pairs,
+                             static_cast<int>(routed));
     });
   }
   const int64_t n_tiles = (p.n + kTileN - 1) / kTileN;
-  const int64_t blocks = TileSlots(p.max_rows, p.num_experts, kTileM) * n_tiles;
+  const int64_t routed = TileSlots(p.max_rows, p.num_experts, kTileM);
+  const int64_t blocks = (routed + shared_slots(kTileM)) * n_tiles;
   if (blocks >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   return DispatchFloat(p.out_dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -665,15 +819,17 @@ int GroupedGemm(const GroupedGemmParams& p, void* stream) {
         TiledKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTiledSmem);
     if (configured != cudaSuccess) return configured;
     return LaunchDependent(TiledKernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(kTiledThreads),
-                           kTiledSmem, s, p, static_cast<int>(n_tiles), pairs);
+                           kTiledSmem, s, p, static_cast<int>(n_tiles), pairs,
+                           static_cast<int>(routed));
   });
 }
 
 int SiluMulClamp(const SiluMulClampParams& p, void* stream) {
   if (p.rows == 0 || p.inter == 0) return 0;
-  if (p.rows < 0 || p.inter < 0 || p.inter % 8 != 0 || p.ld_in % 8 != 0 || p.ld_out % 8 != 0 ||
-      p.ld_in < 2 * p.inter || p.ld_out < p.inter || p.in == nullptr || p.out == nullptr ||
-      !Aligned16(p.in) || !Aligned16(p.out) || !(p.limit >= 0.0f)) {
+  if (p.rows < 0 || p.inter < 0 || p.fixed_rows < 0 || p.fixed_rows > p.rows || p.inter % 8 != 0 ||
+      p.ld_in % 8 != 0 || p.ld_out % 8 != 0 || p.ld_in < 2 * p.inter || p.ld_out < p.inter ||
+      p.in == nullptr || p.out == nullptr || !Aligned16(p.in) || !Aligned16(p.out) ||
+      !(p.limit >= 0.0f)) {
     return cudaErrorInvalidValue;
   }
   const int64_t blocks = std::min((p.rows * (p.inter / 8) + 255) / 256, kMaxGrid);
@@ -688,15 +844,17 @@ int MoeCombine(const MoeCombineParams& p, void* stream) {
   if (p.num_tokens == 0 || p.hidden == 0) return 0;
   if (p.num_tokens < 0 || p.top_k < 0 || p.hidden < 0 || p.hidden % 8 != 0 || p.ldy % 8 != 0 ||
       p.ldy < p.hidden || p.out == nullptr || !Aligned16(p.out) ||
-      (p.shared != nullptr && !Aligned16(p.shared)) ||
+      (p.shared != nullptr && !Aligned16(p.shared)) || (p.shared_row0 >= 0 && p.y == nullptr) ||
+      (p.shared_row0 >= 0 && !Aligned16(p.y)) ||
       (p.top_k > 0 &&
        (p.y == nullptr || !Aligned16(p.y) || p.pair_row == nullptr || p.weights == nullptr))) {
     return cudaErrorInvalidValue;
   }
-  const int64_t blocks = std::min(p.num_tokens, kMaxGrid * 4);
+  const dim3 grid(static_cast<unsigned>((p.hidden + kCombineCols - 1) / kCombineCols),
+                  static_cast<unsigned>(std::min<int64_t>(p.num_tokens, 65535)));
   return DispatchFloat(p.y_dtype, [&](auto tag) {
     using T = decltype(tag);
-    return LaunchDependent(CombineKernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
+    return LaunchDependent(CombineKernel<T>, grid, dim3(kCombineThreads), 0,
                            static_cast<cudaStream_t>(stream), p);
   });
 }

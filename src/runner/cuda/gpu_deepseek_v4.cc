@@ -343,9 +343,9 @@ Status GpuDeepseekV4::Reserve(int64_t max_tokens, int64_t max_logits, int64_t /*
       n * k * 4,                                          // row_token
       n * k * 4,                                          // pair_row
       kc::MoePlanWorkspaceInts(n, k, v.num_experts) * 4,  // plan workspace
-      n * k * 2 * inter * 4,                              // gate/up
-      n * k * inter * 2,                                  // act
-      n * k * h * 4,                                      // expert out
+      (n * k + n) * 2 * inter * 4,                        // gate/up (routed, then shared rows)
+      (n * k + n) * inter * 2,                            // act
+      (n * k + n) * h * 4,                                // expert out
       n * 2 * si * 4,                                     // shared gate/up
       n * si * 2,                                         // shared act
       n * h * 4,                                          // shared out
@@ -817,7 +817,24 @@ Status GpuDeepseekV4::RunMoe(const Layer& l, const GpuStep& step, void* stream) 
   up.y = gate_up_;
   up.ldy = 2 * inter;
   up.out_dtype = DType::kF32;
-  DINFER_RETURN_IF_ERROR(Check(kc::GroupedGemm(up, stream), "experts (gate/up)"));
+  // A shared expert of the routed experts' width rides in the grouped launches: its rows follow
+  // the routed ones from row n * k on (gate/up, act and expert out alike).
+  const bool fused_shared = l.shared_w13 && l.shared_w2->view().dim(1) == inter;
+  if (fused_shared) {
+    up.shared_w = l.shared_w13->data();
+    up.shared_rows = n;
+    up.shared_x_row0 = 0;
+  }
+  // At decode (the list path) the SwiGLU is the gate/up product's epilogue: act straight out.
+  kc::GroupedGemmParams up_act = up;
+  up_act.y = act_;
+  up_act.ldy = inter;
+  up_act.out_dtype = DType::kBF16;
+  up_act.swiglu = true;
+  up_act.swiglu_limit = static_cast<float>(v.swiglu_limit);
+  const bool swiglu_epilogue = kc::GroupedGemmTakesListPath(up_act) && (2 * inter) % 32 == 0;
+  DINFER_RETURN_IF_ERROR(
+      Check(kc::GroupedGemm(swiglu_epilogue ? up_act : up, stream), "experts (gate/up)"));
   kc::SiluMulClampParams act;
   act.in = gate_up_;
   act.in_dtype = DType::kF32;
@@ -828,7 +845,13 @@ Status GpuDeepseekV4::RunMoe(const Layer& l, const GpuStep& step, void* stream) 
   act.inter = inter;
   act.limit = static_cast<float>(v.swiglu_limit);
   act.rows_on_device = offsets_ + ne;
-  DINFER_RETURN_IF_ERROR(Check(kc::SiluMulClamp(act, stream), "experts (SwiGLU)"));
+  if (fused_shared) {
+    act.rows = n * k + n;
+    act.fixed_rows = n;
+  }
+  if (!swiglu_epilogue) {
+    DINFER_RETURN_IF_ERROR(Check(kc::SiluMulClamp(act, stream), "experts (SwiGLU)"));
+  }
   kc::GroupedGemmParams down = up;
   down.x = act_;
   down.ldx = inter;
@@ -838,9 +861,13 @@ Status GpuDeepseekV4::RunMoe(const Layer& l, const GpuStep& step, void* stream) 
   down.k = inter;
   down.y = expert_out_;
   down.ldy = h;
+  if (fused_shared) {
+    down.shared_w = l.shared_w2->data();
+    down.shared_x_row0 = n * k;
+  }
   DINFER_RETURN_IF_ERROR(Check(kc::GroupedGemm(down, stream), "experts (down)"));
   const float* shared = nullptr;
-  if (l.shared_w13) {
+  if (l.shared_w13 && !fused_shared) {
     const int64_t si = l.shared_w2->view().dim(1);
     DINFER_RETURN_IF_ERROR(Gemm(normed_, h, l.shared_w13->data(), 2 * si, h, shared_gate_up_,
                                 2 * si, n, DType::kF32, stream));
@@ -852,6 +879,7 @@ Status GpuDeepseekV4::RunMoe(const Layer& l, const GpuStep& step, void* stream) 
     sact.rows = n;
     sact.inter = si;
     sact.rows_on_device = nullptr;
+    sact.fixed_rows = 0;
     DINFER_RETURN_IF_ERROR(Check(kc::SiluMulClamp(sact, stream), "shared expert (SwiGLU)"));
     DINFER_RETURN_IF_ERROR(
         Gemm(shared_act_, si, l.shared_w2->data(), h, si, shared_out_, h, n, DType::kF32, stream));
@@ -867,6 +895,7 @@ Status GpuDeepseekV4::RunMoe(const Layer& l, const GpuStep& step, void* stream) 
   comb.top_k = k;
   comb.hidden = h;
   comb.shared = shared;
+  comb.shared_row0 = fused_shared ? n * k : -1;
   comb.out = branch_;
   return Check(kc::MoeCombine(comb, stream), "MoE combine");
 }
