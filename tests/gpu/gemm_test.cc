@@ -267,15 +267,10 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{2, 777, 2048, In::kRmsNorm, DType::kBF16, false},
                       FusedCase{2, 20001, 2048, In::kRmsNorm, DType::kF32, true},
                       FusedCase{1, 4096, 14336, In::kSiluMul, DType::kBF16, false},
-                      FusedCase{2, 300, 6144, In::kSiluMul, DType::kBF16, false},
-                      FusedCase{1, 4100, 1024, In::kPlain, DType::kF32, false},
-                      FusedCase{2, 333, 256, In::kPlain, DType::kBF16, false},
-                      FusedCase{1, 1000, 1024, In::kRmsNorm, DType::kF32, false},
-                      FusedCase{2, 500, 512, In::kSiluMul, DType::kBF16, false}));
+                      FusedCase{2, 300, 6144, In::kSiluMul, DType::kBF16, false}));
 
-// The staged GEMV's launch choices (CTAs per multiprocessor, which shrink the ring where they do
-// not fit, and chunks requested into L2 ahead) move rows between CTAs but not the order of any
-// row's sum: every choice gives the same bits as the default, which matches a double product.
+// The staged GEMV's CTAs per multiprocessor move rows between CTAs but not the order of any row's
+// sum: every choice gives the same bits as the default, which matches a double product.
 struct StagedCase {
   int64_t m, n, k, group_n;
   DType out;
@@ -284,10 +279,10 @@ struct StagedCase {
 TEST(GemvFusedLaunchTest, EveryChoiceGivesTheSameBits) {
   SKIP_WITHOUT_GPU();
   const StagedCase cases[] = {
-      {1, 3000, 4096, 0, DType::kF32},       {2, 777, 8192, 0, DType::kF32},
-      {1, 4100, 1024, 0, DType::kBF16},      {2, 256, 4096, 0, DType::kF32},
-      {1, 8 * 130, 4096, 130, DType::kBF16}, {2, 1001, 14336, 0, DType::kBF16},
-      {1, 5, 2048, 0, DType::kF32},          {2, 4 * 96, 512, 96, DType::kF32}};
+      {1, 3000, 4096, 0, DType::kF32},   {2, 777, 8192, 0, DType::kF32},
+      {2, 256, 4096, 0, DType::kF32},    {1, 8 * 130, 4096, 130, DType::kBF16},
+      {2, 1001, 14336, 0, DType::kBF16}, {1, 5, 2048, 0, DType::kF32},
+      {2, 4 * 96, 2048, 96, DType::kF32}};
   for (const StagedCase& tc : cases) {
     SCOPED_TRACE(testing::Message()
                  << tc.m << "x" << tc.n << "x" << tc.k << " group " << tc.group_n);
@@ -317,25 +312,22 @@ TEST(GemvFusedLaunchTest, EveryChoiceGivesTheSameBits) {
     p.gemm.k = tc.k;
     p.gemm.out_dtype = tc.out;
     p.gemm.group_n = tc.group_n;
-    auto run = [&](int per_sm, int l2) {
+    auto run = [&](int per_sm) {
       auto d_y = Poisoned(tc.m * tc.n, tc.out);
       kc::GemvFusedParams q = p;
       q.gemm.y = d_y.data();
       q.blocks_per_sm = per_sm;
-      q.l2_prefetch_chunks = l2;
       EXPECT_TRUE(kc::GemvFusedSupports(q));
       EXPECT_EQ(kc::GemvFused(q, nullptr), 0);
       return Download(d_y, tc.m * tc.n, tc.out);
     };
-    const std::vector<float> base = run(0, -1);
+    const std::vector<float> base = run(0);
     EXPECT_LE(RelError(base, RoundTo(tc.out, want)), tc.out == DType::kF32 ? 1e-5 : 1e-2);
     for (int per_sm : {1, 2, 3, 4}) {
-      for (int l2 : {0, 3, 64}) {
-        const std::vector<float> got = run(per_sm, l2);
-        ASSERT_EQ(got.size(), base.size());
-        EXPECT_EQ(std::memcmp(got.data(), base.data(), got.size() * sizeof(float)), 0)
-            << per_sm << " CTAs per multiprocessor, " << l2 << " chunks ahead";
-      }
+      const std::vector<float> got = run(per_sm);
+      ASSERT_EQ(got.size(), base.size());
+      EXPECT_EQ(std::memcmp(got.data(), base.data(), got.size() * sizeof(float)), 0)
+          << per_sm << " CTAs per multiprocessor";
     }
   }
 }
@@ -563,13 +555,14 @@ TEST_P(Fp8BlockGemmTest, MatchesExactProduct) {
 }
 
 // Not a conformance test: with DINFER_GEMV_PERF=1 set, prints the GB/s of the batch-1 decode
-// GEMVs of DeepSeek-V4-Flash and Llama-3.1-8B (m = 1 and 2) for the GEMV kernel ("gemv") and the
-// staged GEMV at each launch choice, "S:L" = S CTAs per multiprocessor (0: the default) and L
-// chunks requested into L2 ahead (D: the default), as "alone/chained": alone, one launch between
-// two events (launch latency included); chained, 20 programmatic dependent launches in a row
-// (each one's weights stream in while the one before finishes, as in a decode step). Weights
-// rotate over copies of 256 MB or more together (cold in the 50 MB L2). The fraction is of the
-// LM head's best chained GB/s (1 GB of weights: the bandwidth a long read reaches).
+// GEMVs of DeepSeek-V4-Flash and Llama-3.1-8B (m = 1 and 2) for the GEMV kernel ("gemv": its
+// default tiling; "c/u/s": cols, unroll, split, m = 1 only) and the staged GEMV ("stN": N CTAs
+// per multiprocessor, 0 the default), as "alone/chained": alone, one launch between two events
+// (launch latency included); chained, 20 programmatic dependent launches in a row (each one's
+// weights stream in while the one before finishes, as in a decode step; host launch time
+// included, no graph). Weights rotate over copies of 256 MB or more together (cold in the 50 MB
+// L2). The fractions are of the LM head's best chained GB/s (1 GB of weights: the bandwidth a
+// long read reaches): the staged default's and the best.
 TEST(GemvPerf, DecodeShapesBandwidth) {
   SKIP_WITHOUT_GPU();
   if (std::getenv("DINFER_GEMV_PERF") == nullptr) GTEST_SKIP() << "DINFER_GEMV_PERF=1 times it";
@@ -586,25 +579,29 @@ TEST(GemvPerf, DecodeShapesBandwidth) {
       {"l8b qkv", 6144, 4096, 0, DType::kBF16},      {"l8b o", 4096, 4096, 0, DType::kBF16},
       {"l8b gate_up", 28672, 4096, 0, DType::kBF16}, {"l8b down", 4096, 14336, 0, DType::kBF16}};
   struct Variant {
-    int per_sm, l2;
     bool gemv;
+    kc::GemvTiling tiling;  // gemv: cols 0 = the default
+    int per_sm;             // staged
   };
-  std::vector<Variant> variants = {{0, 0, true}};
-  for (int per_sm : {0, 2, 3, 4}) {
-    for (int l2 : {0, 4, -1, 40}) variants.push_back({per_sm, l2, false});
-  }
+  std::vector<Variant> variants = {{true, {}, 0},
+                                   {true, {2, 4, 1}, 0},
+                                   {true, {2, 4, 2}, 0},
+                                   {true, {2, 4, 4}, 0},
+                                   {true, {1, 8, 4}, 0}};
+  for (int per_sm : {0, 1, 2, 3, 4}) variants.push_back({false, {}, per_sm});
   std::printf("%-12s m %7s", "shape", "MB");
   for (const Variant& v : variants) {
-    if (v.gemv) {
-      std::printf(" %11s", "gemv");
+    char name[24];
+    if (!v.gemv) {
+      std::snprintf(name, sizeof(name), "st%d", v.per_sm);
+    } else if (v.tiling.cols == 0) {
+      std::snprintf(name, sizeof(name), "gemv");
     } else {
-      char name[16];
-      std::snprintf(name, sizeof(name), "%d:%s", v.per_sm,
-                    v.l2 < 0 ? "D" : std::to_string(v.l2).c_str());
-      std::printf(" %11s", name);
+      std::snprintf(name, sizeof(name), "%d/%d/%d", v.tiling.cols, v.tiling.unroll, v.tiling.split);
     }
+    std::printf(" %11s", name);
   }
-  std::printf("  | default chained, best chained (fraction)\n");
+  std::printf("  | staged default chained, best chained (fractions)\n");
   cudaStream_t st = nullptr;
   ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaEvent_t e0 = nullptr, e1 = nullptr;
@@ -637,16 +634,17 @@ TEST(GemvPerf, DecodeShapesBandwidth) {
         f.gemm.out_dtype = sh.out;
         f.gemm.group_n = sh.group_n;
         f.blocks_per_sm = v.per_sm;
-        f.l2_prefetch_chunks = v.l2;
         f.gemm.w = w;
-        if (v.gemv ? (sh.group_n > 0 || !kc::GemvSupports(f.gemm)) : !kc::GemvFusedSupports(f)) {
+        const bool tiled = v.gemv && v.tiling.cols != 0;
+        if (v.gemv ? (sh.group_n > 0 || !kc::GemvSupports(f.gemm) || (tiled && m != 1))
+                   : !kc::GemvFusedSupports(f)) {
           std::printf(" %11s", "-");
           continue;
         }
         int64_t i = 0;
         auto launch = [&] {
           f.gemm.w = static_cast<char*>(w) + (i++ % copies) * w_bytes;
-          return v.gemv ? kc::Gemv(f.gemm, st) : kc::GemvFused(f, st);
+          return v.gemv ? kc::Gemv(f.gemm, st, v.tiling) : kc::GemvFused(f, st);
         };
         auto median = [](std::vector<float> t) {
           std::sort(t.begin(), t.end());
@@ -675,7 +673,7 @@ TEST(GemvPerf, DecodeShapesBandwidth) {
         }
         const double a = w_bytes / median(alone) / 1e6, c = w_bytes / median(chained) / 1e6;
         std::printf(" %5.0f/%-5.0f", a, c);
-        if (!v.gemv && v.per_sm == 0 && v.l2 < 0) default_chain = c;
+        if (!v.gemv && v.per_sm == 0) default_chain = c;
         best_chain = std::max(best_chain, c);
       }
       if (reference == 0) reference = best_chain;

@@ -52,10 +52,7 @@ int Gemv(const GemmParams& p, void* stream, GemvTiling tiling = {});
 
 // The decode GEMV with its input staged in shared memory (gemv_fused.cu), optionally made by the
 // op before it in the same kernel: y = f(x) · wᵀ for m <= kGemvFusedMaxRows rows, bf16 weights,
-// k a multiple of 2,048 or one of 256, 512, 1,024, contiguous weight rows (ldw == k), f32 or bf16
-// output. Each output is the same f32 sum (same order) whatever blocks_per_sm and
-// l2_prefetch_chunks say. The weights are requested before the kernel waits for the one before
-// it (programmatic dependent launch): into shared memory and, l2_prefetch_chunks further, into L2.
+// k a multiple of 2,048, contiguous weight rows (ldw == k), f32 or bf16 output.
 //   kPlain:   f(x) = x, as Gemv.
 //   kSiluMul: f(x)[r] = silu(x[r, 0:k]) * x[r, k:2k] (gate and up halves of one row, ldx >= 2k),
 //             rounded to bf16 as SiluMul stores it.
@@ -76,12 +73,8 @@ struct GemvFusedParams {
   float* residual_out = nullptr;        // [*, k] f32, optional
   const float* norm_weight = nullptr;   // [k]
   float eps = 1e-6f, weight_offset = 0.0f;
-  // CTAs per multiprocessor; 0: the default (3, fewer where they do not fit). Asked for
-  // explicitly, the shared-memory ring shrinks (16, 12, 8 chunks) before the CTAs get fewer.
-  int blocks_per_sm = 0;
-  // 2,048-element chunks of each CTA's weights requested into L2 ahead of its shared-memory ring
-  // (at most 64); -1: the default (24 MB over the grid), 0: none.
-  int l2_prefetch_chunks = -1;
+  int blocks_per_sm =
+      0;  // CTAs per multiprocessor; 0: the default (3, fewer where they do not fit)
 };
 bool GemvFusedSupports(const GemvFusedParams& p);
 int GemvFused(const GemvFusedParams& p, void* stream);
