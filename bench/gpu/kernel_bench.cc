@@ -122,6 +122,44 @@ Status GemmRows(const cuda::Stream& s, Table& t) {
       }
     }
   }
+  // DeepSeek-V4-Flash's batch-1 decode products (the x projection, router, grouped wo_a, wo_b,
+  // shared expert, q_proj) at one and two rows, as GemmRunner runs them (the staged GEMV).
+  struct V4Shape {
+    const char* name;
+    int64_t n, k, group_n;
+    DType out;
+  };
+  const V4Shape v4[] = {
+      {"x_proj", 3072, 4096, 0, DType::kF32},     {"router", 256, 4096, 0, DType::kF32},
+      {"wo_a", 8192, 4096, 1024, DType::kBF16},   {"wo_b", 4096, 8192, 0, DType::kF32},
+      {"shared_w13", 4096, 4096, 0, DType::kF32}, {"shared_w2", 4096, 2048, 0, DType::kF32},
+      {"q_proj", 40960, 1024, 0, DType::kF32}};
+  for (const V4Shape& sh : v4) {
+    const int64_t w_bytes = sh.n * sh.k * 2;
+    const int64_t copies = std::max<int64_t>(1, (kRotateBytes + w_bytes - 1) / w_bytes);
+    DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer w,
+                            RandomBuffer(copies * sh.n * sh.k, DType::kBF16, 12, 0.02f));
+    for (int64_t m : {int64_t{1}, int64_t{2}}) {
+      int64_t i = 0;
+      kc::GemmParams p;
+      p.x = x.data();
+      p.y = y.data();
+      p.m = m;
+      p.n = sh.n;
+      p.k = sh.k;
+      p.ldx = sh.group_n > 0 ? sh.n / sh.group_n * sh.k : sh.k;
+      p.ldw = sh.k;
+      p.ldy = sh.n;
+      p.out_dtype = sh.out;
+      p.group_n = sh.group_n;
+      DINFER_ASSIGN_OR_RETURN(double ms, TimeMs(s, 3, 20, [&] {
+                                p.w = static_cast<char*>(w.data()) + (i++ % copies) * w_bytes;
+                                return gemm->Run(p, s.get());
+                              }));
+      t.Add(std::string("gemm v4 ") + sh.name + " m=" + std::to_string(m), ms,
+            static_cast<double>(w_bytes), 0.0);
+    }
+  }
   return OkStatus();
 }
 

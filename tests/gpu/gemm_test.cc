@@ -5,6 +5,13 @@
 // (block-scaled weights dequantized by the CPU's FP8 path, kernels/cpu/quant.h); the
 // block-scaled kernel on each of its paths with scales that vary widely from block to block.
 #include "kernels/cuda/gemm.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include "gpu_test_util.h"
 #include "kernels/cpu/ops.h"
 
@@ -73,7 +80,11 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{3, 1000, 1536, DType::kBF16, DType::kBF16, I::kGemv},
                       GemmCase{8, 999, 2048, DType::kBF16, DType::kF32, I::kGemv},
                       GemmCase{5, 257, 4104, DType::kBF16, DType::kBF16, I::kGemv},
-                      GemmCase{4, 512, 1024, DType::kBF16, DType::kBF16, I::kAuto}));
+                      GemmCase{4, 512, 1024, DType::kBF16, DType::kBF16, I::kAuto},
+                      // The staged GEMV's short rows (k of 1,024, 512, 256: chunks of whole rows).
+                      GemmCase{1, 5000, 1024, DType::kBF16, DType::kF32, I::kAuto},
+                      GemmCase{2, 333, 512, DType::kBF16, DType::kBF16, I::kAuto},
+                      GemmCase{1, 77, 256, DType::kBF16, DType::kF32, I::kAuto}));
 
 // Grouped (block-diagonal) products, GemmParams::group_n: one staged-GEMV launch for one or two
 // rows, one product per group beyond; against a double product of each group's inputs.
@@ -131,7 +142,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GroupedGemmTest,
                                            GroupedCase{2, 4, 96, 2048, DType::kF32},
                                            GroupedCase{1, 3, 200, 2048, DType::kBF16},
                                            GroupedCase{5, 8, 64, 512, DType::kBF16},
-                                           GroupedCase{1, 2, 48, 520, DType::kF32}));
+                                           GroupedCase{1, 2, 48, 520, DType::kF32},
+                                           GroupedCase{1, 8, 129, 1024, DType::kF32},
+                                           GroupedCase{2, 3, 50, 512, DType::kBF16}));
 
 // The staged GEMV with its input made in front of it (RMSNorm of the residual sum, SiLU·mul, or
 // the plain input), against the CPU reference ops and a double-precision product of their output
@@ -255,6 +268,69 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{2, 20001, 2048, In::kRmsNorm, DType::kF32, true},
                       FusedCase{1, 4096, 14336, In::kSiluMul, DType::kBF16, false},
                       FusedCase{2, 300, 6144, In::kSiluMul, DType::kBF16, false}));
+
+// The staged GEMV's CTAs per multiprocessor move rows between CTAs but not the order of any row's
+// sum: every choice gives the same bits as the default, which matches a double product.
+struct StagedCase {
+  int64_t m, n, k, group_n;
+  DType out;
+};
+
+TEST(GemvFusedLaunchTest, EveryChoiceGivesTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const StagedCase cases[] = {
+      {1, 3000, 4096, 0, DType::kF32},   {2, 777, 8192, 0, DType::kF32},
+      {2, 256, 4096, 0, DType::kF32},    {1, 8 * 130, 4096, 130, DType::kBF16},
+      {2, 1001, 14336, 0, DType::kBF16}, {1, 5, 2048, 0, DType::kF32},
+      {2, 4 * 96, 2048, 96, DType::kF32}};
+  for (const StagedCase& tc : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << tc.m << "x" << tc.n << "x" << tc.k << " group " << tc.group_n);
+    const int64_t groups = tc.group_n > 0 ? tc.n / tc.group_n : 1, ldx = groups * tc.k;
+    std::mt19937 rng(static_cast<uint32_t>(tc.m * 5 + tc.n + tc.k));
+    auto x = RoundTo(DType::kBF16, Random(tc.m * ldx, rng));
+    auto w =
+        RoundTo(DType::kBF16, Random(tc.n * tc.k, rng, 1.0f / std::sqrt(static_cast<float>(tc.k))));
+    std::vector<float> want(tc.m * tc.n);
+    for (int64_t i = 0; i < tc.m; ++i) {
+      for (int64_t j = 0; j < tc.n; ++j) {
+        const int64_t g = tc.group_n > 0 ? j / tc.group_n : 0;
+        double s = 0;
+        for (int64_t l = 0; l < tc.k; ++l) s += double{x[i * ldx + g * tc.k + l]} * w[j * tc.k + l];
+        want[i * tc.n + j] = static_cast<float>(s);
+      }
+    }
+    auto d_x = Upload(x, DType::kBF16), d_w = Upload(w, DType::kBF16);
+    kc::GemvFusedParams p;
+    p.gemm.x = d_x.data();
+    p.gemm.ldx = ldx;
+    p.gemm.w = d_w.data();
+    p.gemm.ldw = tc.k;
+    p.gemm.ldy = tc.n;
+    p.gemm.m = tc.m;
+    p.gemm.n = tc.n;
+    p.gemm.k = tc.k;
+    p.gemm.out_dtype = tc.out;
+    p.gemm.group_n = tc.group_n;
+    auto run = [&](int per_sm) {
+      auto d_y = Poisoned(tc.m * tc.n, tc.out);
+      kc::GemvFusedParams q = p;
+      q.gemm.y = d_y.data();
+      q.blocks_per_sm = per_sm;
+      EXPECT_TRUE(kc::GemvFusedSupports(q));
+      EXPECT_EQ(kc::GemvFused(q, nullptr), 0);
+      return Download(d_y, tc.m * tc.n, tc.out);
+    };
+    const std::vector<float> base = run(0);
+    EXPECT_LE(RelError(base, RoundTo(tc.out, want)), tc.out == DType::kF32 ? 1e-5 : 1e-2);
+    for (int per_sm : {1, 2, 3, 4}) {
+      const std::vector<float> got = run(per_sm);
+      ASSERT_EQ(got.size(), base.size());
+      EXPECT_EQ(std::memcmp(got.data(), base.data(), got.size() * sizeof(float)), 0)
+          << per_sm << " CTAs per multiprocessor";
+    }
+  }
+}
 
 struct Fp8Case {
   int64_t m, n, k;
@@ -476,6 +552,141 @@ TEST_P(Fp8BlockGemmTest, MatchesExactProduct) {
   // Each block's tensor-core sum keeps fewer bits than f32; the blocks add up in f32.
   const double tol = tc.out == DType::kF32 ? 1e-3 : Tolerance(tc.out);
   EXPECT_LE(RelError(Download(d_y, m * n, tc.out), RoundTo(tc.out, want)), tol);
+}
+
+// Not a conformance test: with DINFER_GEMV_PERF=1 set, prints the GB/s of the batch-1 decode
+// GEMVs of DeepSeek-V4-Flash and Llama-3.1-8B (m = 1 and 2) for the GEMV kernel ("gemv": its
+// default tiling; "c/u/s": cols, unroll, split, m = 1 only) and the staged GEMV ("stN": N CTAs
+// per multiprocessor, 0 the default), as "alone/chained": alone, one launch between two events
+// (launch latency included); chained, 20 programmatic dependent launches in a row (each one's
+// weights stream in while the one before finishes, as in a decode step; host launch time
+// included, no graph). Weights rotate over copies of 256 MB or more together (cold in the 50 MB
+// L2). The fractions are of the LM head's best chained GB/s (1 GB of weights: the bandwidth a
+// long read reaches): the staged default's and the best.
+TEST(GemvPerf, DecodeShapesBandwidth) {
+  SKIP_WITHOUT_GPU();
+  if (std::getenv("DINFER_GEMV_PERF") == nullptr) GTEST_SKIP() << "DINFER_GEMV_PERF=1 times it";
+  struct Shape {
+    const char* name;
+    int64_t n, k, group_n;
+    DType out;
+  };
+  const Shape shapes[] = {
+      {"lm_head", 129280, 4096, 0, DType::kF32},     {"v4 x_proj", 3072, 4096, 0, DType::kF32},
+      {"v4 router", 256, 4096, 0, DType::kF32},      {"v4 wo_a", 8192, 4096, 1024, DType::kBF16},
+      {"v4 wo_b", 4096, 8192, 0, DType::kF32},       {"v4 w13", 4096, 4096, 0, DType::kF32},
+      {"v4 w2", 4096, 2048, 0, DType::kF32},         {"v4 q_proj", 40960, 1024, 0, DType::kF32},
+      {"l8b qkv", 6144, 4096, 0, DType::kBF16},      {"l8b o", 4096, 4096, 0, DType::kBF16},
+      {"l8b gate_up", 28672, 4096, 0, DType::kBF16}, {"l8b down", 4096, 14336, 0, DType::kBF16}};
+  struct Variant {
+    bool gemv;
+    kc::GemvTiling tiling;  // gemv: cols 0 = the default
+    int per_sm;             // staged
+  };
+  std::vector<Variant> variants = {{true, {}, 0},
+                                   {true, {2, 4, 1}, 0},
+                                   {true, {2, 4, 2}, 0},
+                                   {true, {2, 4, 4}, 0},
+                                   {true, {1, 8, 4}, 0}};
+  for (int per_sm : {0, 1, 2, 3, 4}) variants.push_back({false, {}, per_sm});
+  std::printf("%-12s m %7s", "shape", "MB");
+  for (const Variant& v : variants) {
+    char name[24];
+    if (!v.gemv) {
+      std::snprintf(name, sizeof(name), "st%d", v.per_sm);
+    } else if (v.tiling.cols == 0) {
+      std::snprintf(name, sizeof(name), "gemv");
+    } else {
+      std::snprintf(name, sizeof(name), "%d/%d/%d", v.tiling.cols, v.tiling.unroll, v.tiling.split);
+    }
+    std::printf(" %11s", name);
+  }
+  std::printf("  | staged default chained, best chained (fractions)\n");
+  cudaStream_t st = nullptr;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  ASSERT_CUDA_OK(cudaEventCreate(&e0));
+  ASSERT_CUDA_OK(cudaEventCreate(&e1));
+  double reference = 0;
+  for (const Shape& sh : shapes) {
+    const int64_t w_bytes = sh.n * sh.k * 2;
+    const int64_t copies = std::max<int64_t>(2, ((int64_t{256} << 20) + w_bytes - 1) / w_bytes);
+    const int64_t groups = sh.group_n > 0 ? sh.n / sh.group_n : 1;
+    void *w = nullptr, *x = nullptr, *y = nullptr;
+    ASSERT_CUDA_OK(cudaMalloc(&w, copies * w_bytes));
+    ASSERT_CUDA_OK(cudaMalloc(&x, 2 * groups * sh.k * 2));
+    ASSERT_CUDA_OK(cudaMalloc(&y, 2 * sh.n * 4));
+    ASSERT_CUDA_OK(cudaMemset(w, 0x3c, copies * w_bytes));  // bf16 0x3c3c, about 0.0115
+    ASSERT_CUDA_OK(cudaMemset(x, 0x3c, 2 * groups * sh.k * 2));
+    for (int64_t m : {1, 2}) {
+      std::printf("%-12s %lld %7.1f", sh.name, static_cast<long long>(m), w_bytes / 1e6);
+      double default_chain = 0, best_chain = 0;
+      for (const Variant& v : variants) {
+        kc::GemvFusedParams f;
+        f.gemm.x = x;
+        f.gemm.ldx = groups * sh.k;
+        f.gemm.ldw = sh.k;
+        f.gemm.y = y;
+        f.gemm.ldy = sh.n;
+        f.gemm.m = m;
+        f.gemm.n = sh.n;
+        f.gemm.k = sh.k;
+        f.gemm.out_dtype = sh.out;
+        f.gemm.group_n = sh.group_n;
+        f.blocks_per_sm = v.per_sm;
+        f.gemm.w = w;
+        const bool tiled = v.gemv && v.tiling.cols != 0;
+        if (v.gemv ? (sh.group_n > 0 || !kc::GemvSupports(f.gemm) || (tiled && m != 1))
+                   : !kc::GemvFusedSupports(f)) {
+          std::printf(" %11s", "-");
+          continue;
+        }
+        int64_t i = 0;
+        auto launch = [&] {
+          f.gemm.w = static_cast<char*>(w) + (i++ % copies) * w_bytes;
+          return v.gemv ? kc::Gemv(f.gemm, st, v.tiling) : kc::GemvFused(f, st);
+        };
+        auto median = [](std::vector<float> t) {
+          std::sort(t.begin(), t.end());
+          return static_cast<double>(t[t.size() / 2]);
+        };
+        for (int r = 0; r < 3; ++r) ASSERT_CUDA_OK(launch());
+        std::vector<float> alone, chained;
+        for (int r = 0; r < 15; ++r) {
+          ASSERT_CUDA_OK(cudaEventRecord(e0, st));
+          ASSERT_CUDA_OK(launch());
+          ASSERT_CUDA_OK(cudaEventRecord(e1, st));
+          ASSERT_CUDA_OK(cudaEventSynchronize(e1));
+          float ms = 0;
+          ASSERT_CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+          alone.push_back(ms);
+        }
+        constexpr int kChain = 20;
+        for (int r = 0; r < 6; ++r) {
+          ASSERT_CUDA_OK(cudaEventRecord(e0, st));
+          for (int c = 0; c < kChain; ++c) ASSERT_CUDA_OK(launch());
+          ASSERT_CUDA_OK(cudaEventRecord(e1, st));
+          ASSERT_CUDA_OK(cudaEventSynchronize(e1));
+          float ms = 0;
+          ASSERT_CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+          if (r > 0) chained.push_back(ms / kChain);
+        }
+        const double a = w_bytes / median(alone) / 1e6, c = w_bytes / median(chained) / 1e6;
+        std::printf(" %5.0f/%-5.0f", a, c);
+        if (!v.gemv && v.per_sm == 0) default_chain = c;
+        best_chain = std::max(best_chain, c);
+      }
+      if (reference == 0) reference = best_chain;
+      std::printf("  | %5.0f %5.0f (%.2f %.2f)\n", default_chain, best_chain,
+                  default_chain / reference, best_chain / reference);
+    }
+    ASSERT_CUDA_OK(cudaFree(w));
+    ASSERT_CUDA_OK(cudaFree(x));
+    ASSERT_CUDA_OK(cudaFree(y));
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(st);
 }
 
 using Path = kc::Fp8BlockPath;
