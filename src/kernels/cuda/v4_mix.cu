@@ -910,7 +910,8 @@ __device__ __forceinline__ void NormRopeRow(const NormRopeParams& p, int64_t row
     ss = WarpSum(ss);
     inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + p.eps);
   }
-  const int64_t out = t * p.out_stride + h * hd;
+  // Every pair normed and rotated before the first store: no store sits between the weight loads
+  // of rows past 8 pairs a lane (a store may alias them), so they are all in flight together.
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int q = lane + 32 * k;
@@ -924,7 +925,14 @@ __device__ __forceinline__ void NormRopeRow(const NormRopeParams& p, int64_t row
     if (rd > 0 && q >= first_rot) {
       y = Rotate(y, pos, kEarly ? freq[kEarly ? k : 0] : frequency(q), p.inverse);
     }
-    StorePair(p, out + 2 * q, y.x, y.y);
+    v[k] = y;
+  }
+  const int64_t out = t * p.out_stride + h * hd;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= pairs) break;
+    StorePair(p, out + 2 * q, v[k].x, v[k].y);
   }
 }
 

@@ -124,8 +124,9 @@ int Route(const RouteParams& p, void* stream);
 // the last rotary_dim dims by angle (positions[t] + position_offset) * inv_freq[i] (inverse: by
 // -angle), computed as the CPU does (float32 angle, cos/sin), and store as out_dtype (f32 or
 // bf16). out may equal x (f32, same stride). One warp per (token, head) row; rows of up to 1024
-// dims are held in registers, norm_weight and inv_freq are read before waiting for the kernel
-// before in the stream (they must not be written by the kernels just before).
+// dims are held in registers. norm_weight and inv_freq may be read before waiting for the kernel
+// before in the stream (programmatic dependent launch): they must not be written by the kernels
+// just before (weights never are).
 struct NormRopeParams {
   const float* x = nullptr;
   int64_t x_stride = 0;  // elements between tokens
