@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "gpu_test_util.h"
@@ -773,6 +774,210 @@ INSTANTIATE_TEST_SUITE_P(
                       RopeCase{40, 2, 512, 64, false, false, false, 1000, DType::kF32, false}));
 
 // ------------------------------------------------------------------------------------------
+// NormRopeBatch: jobs of every kind (the layer's q norm to bf16, the key in place, q heads and
+// indexer queries in place, an odd shape, a row longer than the register-held 1024 dims, a job
+// with no heads) over one input buffer with a stride, in two launches, against the CPU and
+// against one NormRope launch per job (the same bits).
+struct RopeJob {
+  int64_t heads, head_dim, rotary_dim;
+  bool norm, weight, inverse;
+  int32_t offset;
+  DType dtype;
+  bool in_place;
+};
+
+// The CPU reference of one job on rows [n, heads * head_dim] (RmsNorm, then interleaved Rope).
+std::vector<float> CpuNormRope(std::vector<float> rows, int64_t n, const RopeJob& j,
+                               const std::vector<float>& weight, const std::vector<float>& freq,
+                               const std::vector<int32_t>& positions) {
+  if (j.norm) {
+    kcpu::RmsNormParams r;
+    r.x = rows.data();
+    r.weight = j.weight ? weight.data() : nullptr;
+    r.out = rows.data();
+    r.rows = n * j.heads;
+    r.dim = j.head_dim;
+    r.eps = kNormEps;
+    kcpu::RmsNorm(r);
+  }
+  if (j.rotary_dim > 0) {
+    std::vector<int32_t> shifted(n);
+    for (int64_t t = 0; t < n; ++t) shifted[t] = positions[t] + j.offset;
+    kcpu::RopeParams r;
+    r.x = rows.data();
+    r.rows = n;
+    r.num_heads = j.heads;
+    r.head_dim = j.head_dim;
+    r.rotary_dim = j.rotary_dim;
+    r.rotary_offset = j.head_dim - j.rotary_dim;
+    r.positions = shifted.data();
+    r.inv_freq = freq.data();
+    r.interleaved = true;
+    r.inverse = j.inverse;
+    kcpu::Rope(r);
+  }
+  return rows;
+}
+
+class V4MixNormRopeBatchTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(V4MixNormRopeBatchTest, MatchesCpuAndSingleJobs) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = GetParam();
+  // Launch 0: the q norm (1 x 1024 -> bf16), the key (1 x 512 in place), a job with no heads.
+  // Launch 1: q heads (16 x 512 in place), indexer queries (8 x 128 in place, inverse, no norm),
+  // an odd shape to bf16, a row of 1100 dims (streamed, not register-held) to f32.
+  const std::vector<std::vector<RopeJob>> launches = {
+      {{1, 1024, 0, true, true, false, 0, DType::kBF16, false},
+       {1, 512, 64, true, true, false, 0, DType::kF32, true},
+       {0, 64, 64, true, false, false, 0, DType::kF32, true}},
+      {{16, 512, 64, true, false, false, 0, DType::kF32, true},
+       {8, 128, 64, false, false, true, 3, DType::kF32, true},
+       {3, 62, 30, true, true, false, -2, DType::kBF16, false},
+       {1, 1100, 64, true, true, false, 7, DType::kF32, false}}};
+  std::vector<RopeJob> all;
+  for (const auto& l : launches) all.insert(all.end(), l.begin(), l.end());
+  const size_t num_jobs = all.size();
+  std::vector<int64_t> col(num_jobs);
+  int64_t x_stride = 0;
+  for (size_t i = 0; i < num_jobs; ++i) {
+    col[i] = x_stride;
+    x_stride += all[i].heads * all[i].head_dim;
+  }
+  x_stride += 6;  // columns past the jobs, left alone
+  std::mt19937 rng(static_cast<uint32_t>(n * 7 + 1));
+  const auto x = Random(n * x_stride, rng, 3.0f);
+  std::vector<int32_t> positions(n);
+  for (int64_t t = 0; t < n; ++t) {
+    positions[t] = t % 3 == 0 ? static_cast<int32_t>(t) : static_cast<int32_t>(rng() % 200000);
+  }
+  std::vector<std::vector<float>> weights(num_jobs), freqs(num_jobs);
+  std::vector<cuda::DeviceBuffer> d_weights, d_freqs;
+  for (size_t i = 0; i < num_jobs; ++i) {
+    const RopeJob& j = all[i];
+    weights[i] = Random(j.head_dim, rng, 0.2f);
+    for (auto& v : weights[i]) v += 1.0f;
+    freqs[i].resize(std::max<int64_t>(j.rotary_dim / 2, 1));
+    for (int64_t k = 0; k < j.rotary_dim / 2; ++k) {
+      freqs[i][k] =
+          1.0f / std::pow(10000.0f, static_cast<float>(2 * k) / static_cast<float>(j.rotary_dim));
+    }
+    d_weights.push_back(Upload(weights[i], DType::kF32));
+    d_freqs.push_back(Upload(freqs[i], DType::kF32));
+  }
+  auto d_pos = UploadRaw(positions);
+  auto out_stride = [&](size_t i) {
+    return all[i].in_place ? x_stride : all[i].heads * all[i].head_dim + 2 + 2 * (i % 2);
+  };
+  // Two copies of everything: the batched launches and one NormRope per job.
+  struct Buffers {
+    cuda::DeviceBuffer x;
+    std::vector<cuda::DeviceBuffer> out;
+  };
+  auto make = [&] {
+    Buffers b{Upload(x, DType::kF32), {}};
+    for (size_t i = 0; i < num_jobs; ++i) {
+      b.out.push_back(Poisoned(all[i].in_place ? 1 : n * out_stride(i), all[i].dtype));
+    }
+    return b;
+  };
+  Buffers batched = make(), single = make();
+  auto params = [&](Buffers& b, size_t i) {
+    const RopeJob& j = all[i];
+    kc::NormRopeParams p;
+    p.x = Ptr<float>(b.x) + col[i];
+    p.x_stride = x_stride;
+    p.out = j.in_place ? static_cast<void*>(Ptr<float>(b.x) + col[i]) : b.out[i].data();
+    p.out_stride = out_stride(i);
+    p.out_dtype = j.dtype;
+    p.num_tokens = n;
+    p.num_heads = j.heads;
+    p.head_dim = j.head_dim;
+    p.norm = j.norm;
+    p.norm_weight = j.weight ? Ptr<float>(d_weights[i]) : nullptr;
+    p.eps = kNormEps;
+    p.rotary_dim = j.rotary_dim;
+    p.inv_freq = j.rotary_dim > 0 ? Ptr<float>(d_freqs[i]) : nullptr;
+    p.positions = Ptr<int32_t>(d_pos);
+    p.position_offset = j.offset;
+    p.inverse = j.inverse;
+    return p;
+  };
+  size_t first = 0;
+  for (const auto& l : launches) {
+    std::vector<kc::NormRopeParams> jobs;
+    for (size_t i = first; i < first + l.size(); ++i) jobs.push_back(params(batched, i));
+    ASSERT_CUDA_OK(kc::NormRopeBatch(jobs.data(), static_cast<int>(jobs.size()), nullptr));
+    first += l.size();
+  }
+  for (size_t i = 0; i < num_jobs; ++i) ASSERT_CUDA_OK(kc::NormRope(params(single, i), nullptr));
+
+  const auto got_x = Download(batched.x, n * x_stride, DType::kF32);
+  EXPECT_TRUE(SameBits(got_x, Download(single.x, n * x_stride, DType::kF32))) << n;
+  for (size_t i = 0; i < num_jobs; ++i) {
+    const RopeJob& j = all[i];
+    const int64_t width = j.heads * j.head_dim, os = out_stride(i);
+    if (width == 0) continue;
+    std::vector<float> in(n * width);
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(x.begin() + t * x_stride + col[i], width, in.begin() + t * width);
+    }
+    const auto want = CpuNormRope(in, n, j, weights[i], freqs[i], positions);
+    std::vector<float> all_out = j.in_place ? got_x : Download(batched.out[i], n * os, j.dtype);
+    if (!j.in_place) {
+      EXPECT_TRUE(SameBits(all_out, Download(single.out[i], n * os, j.dtype))) << n << " job " << i;
+    }
+    const int64_t c0 = j.in_place ? col[i] : 0;
+    std::vector<float> got(n * width);
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(all_out.begin() + t * os + c0, width, got.begin() + t * width);
+      if (!j.in_place) {
+        for (int64_t k = width; k < os; ++k) ASSERT_TRUE(std::isnan(all_out[t * os + k])) << i;
+      }
+    }
+    EXPECT_LT(RelError(got, want), Tolerance(j.dtype)) << n << " tokens, job " << i;
+  }
+  // Columns of no job: untouched.
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k = x_stride - 6; k < x_stride; ++k) {
+      ASSERT_EQ(got_x[t * x_stride + k], x[t * x_stride + k]);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokens, V4MixNormRopeBatchTest,
+                         ::testing::Values(int64_t{1}, int64_t{3}, int64_t{64}, int64_t{300}));
+
+TEST(V4MixNormRopeBatchLimits, RejectsBadBatches) {
+  SKIP_WITHOUT_GPU();
+  auto d_x = Upload(std::vector<float>(64, 1.0f), DType::kF32);
+  kc::NormRopeParams p;
+  p.x = Ptr<float>(d_x);
+  p.x_stride = 64;
+  p.out = d_x.data();
+  p.out_stride = 64;
+  p.num_tokens = 1;
+  p.num_heads = 1;
+  p.head_dim = 64;
+  p.norm = true;
+  const kc::NormRopeParams five[] = {p, p, p, p, p};
+  EXPECT_EQ(kc::NormRopeBatch(five, 5, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kc::NormRopeBatch(nullptr, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kc::NormRopeBatch(nullptr, 0, nullptr), 0);
+  kc::NormRopeParams odd = p;
+  odd.head_dim = 63;
+  const kc::NormRopeParams bad[] = {p, odd};
+  EXPECT_EQ(kc::NormRopeBatch(bad, 2, nullptr), cudaErrorInvalidValue);
+  kc::NormRopeParams rot = p;
+  rot.rotary_dim = 16;  // no inv_freq / positions
+  const kc::NormRopeParams bad2[] = {rot};
+  EXPECT_EQ(kc::NormRopeBatch(bad2, 1, nullptr), cudaErrorInvalidValue);
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  // Nothing ran: the buffer is still all ones.
+  for (float v : Download(d_x, 64, DType::kF32)) ASSERT_EQ(v, 1.0f);
+}
+
+// ------------------------------------------------------------------------------------------
 // Times HcPre (normed bf16 output, the sublayer's input) + HcPost and HcHead at V4-Flash's width,
 // with and without a workspace (the decode path up to 64 tokens), cycling through 48 copies of
 // fn (72 MB) so that fn comes from HBM as it does across the layers.
@@ -910,6 +1115,174 @@ TEST(V4MixPerf, HcPrePostTimes) {
   }
   ASSERT_CUDA_OK(cudaEventDestroy(start));
   ASSERT_CUDA_OK(cudaEventDestroy(stop));
+}
+
+// Decode-sized launches as decode steps run them: `reps` launches of one op captured in a CUDA
+// graph (each a programmatic dependent of the one before), replayed; the time per op. HcPre (bf16
+// sublayer input) and HcHead take the workspace path, fn cycling through copies (from HBM as
+// across layers). NormRope at V4-Flash's widths: the layer's four jobs (q norm 1 x 1024 to bf16,
+// key 1 x 512, q heads 64 x 512, indexer queries 64 x 128) as four NormRope launches and as the
+// two NormRopeBatch launches RunLayer makes; at 4,096 tokens also the bandwidth they reach.
+TEST(V4MixPerf, DecodeGraphTimes) {
+  SKIP_WITHOUT_GPU();
+  const int64_t dim = 4096, width = kHc * dim, mix = (2 + kHc) * kHc, max_tokens = 4096;
+  const int64_t q_rank = 1024, hd = 512, heads = 64, ih = 64, id = 128, rd = 64;
+  const int64_t x_cols = q_rank + hd + 64, q_cols = heads * hd + ih * id;
+  const int copies = 48, reps = 48;
+  auto alloc = [](size_t bytes) {
+    auto b = cuda::DeviceBuffer::Allocate(bytes);
+    EXPECT_TRUE(b.ok());
+    return std::move(*b);
+  };
+  auto streams = alloc(64 * width * 4), normed = alloc(64 * dim * 2);
+  auto fn = alloc(static_cast<size_t>(copies) * mix * width * 4);
+  auto post = alloc(64 * kHc * 4), comb = alloc(64 * kHc * kHc * 4);
+  auto ws = alloc(kc::HcWorkspaceFloats(64, kHc, dim) * 4);
+  auto x = alloc(max_tokens * x_cols * 4), q = alloc(max_tokens * q_cols * 4);
+  auto qr = alloc(max_tokens * q_rank * 2);
+  ASSERT_CUDA_OK(kc::FillRandom(streams.data(), DType::kF32, 64 * width, 1, 1.0f, nullptr));
+  ASSERT_CUDA_OK(kc::FillRandom(fn.data(), DType::kF32, copies * mix * width, 3, 0.01f, nullptr));
+  ASSERT_CUDA_OK(kc::FillRandom(x.data(), DType::kF32, max_tokens * x_cols, 4, 1.0f, nullptr));
+  ASSERT_CUDA_OK(kc::FillRandom(q.data(), DType::kF32, max_tokens * q_cols, 5, 1.0f, nullptr));
+  std::mt19937 rng(1);
+  auto base = Upload(Random(mix, rng, 0.5f), DType::kF32);
+  auto scale = Upload({0.8f, 1.3f, 1.7f}, DType::kF32);
+  auto weight = Upload(std::vector<float>(dim, 1.0f), DType::kF32);
+  std::vector<float> inv_freq(rd / 2);
+  for (int64_t i = 0; i < rd / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rd);
+  auto d_freq = Upload(inv_freq, DType::kF32);
+  std::vector<int32_t> pos(max_tokens);
+  for (int64_t t = 0; t < max_tokens; ++t) pos[t] = static_cast<int32_t>(1000 + t);
+  auto d_pos = UploadRaw(pos);
+  cudaStream_t stream;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  ASSERT_CUDA_OK(cudaEventCreate(&start));
+  ASSERT_CUDA_OK(cudaEventCreate(&stop));
+  // µs per rep of body(i) (i < reps) captured once and replayed.
+  auto time_graph = [&](const std::function<int(int)>& body) -> double {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), 0);
+    int err = 0;
+    for (int i = 0; i < reps && err == 0; ++i) err = body(i);
+    EXPECT_EQ(cudaStreamEndCapture(stream, &graph), 0);
+    EXPECT_EQ(err, 0);
+    if (err != 0) return -1.0;
+    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), 0);
+    for (int w = 0; w < 3; ++w) EXPECT_EQ(cudaGraphLaunch(exec, stream), 0);
+    const int launches = 20;
+    EXPECT_EQ(cudaEventRecord(start, stream), 0);
+    for (int w = 0; w < launches; ++w) EXPECT_EQ(cudaGraphLaunch(exec, stream), 0);
+    EXPECT_EQ(cudaEventRecord(stop, stream), 0);
+    EXPECT_EQ(cudaEventSynchronize(stop), 0);
+    float ms = 0;
+    EXPECT_EQ(cudaEventElapsedTime(&ms, start, stop), 0);
+    EXPECT_EQ(cudaGraphExecDestroy(exec), 0);
+    EXPECT_EQ(cudaGraphDestroy(graph), 0);
+    return 1000.0 * ms / (launches * reps);
+  };
+  auto fn_copy = [&](int i) {
+    return Ptr<float>(fn) + static_cast<int64_t>(i % copies) * mix * width;
+  };
+  for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+    kc::HcPreParams pre;
+    pre.streams = Ptr<float>(streams);
+    pre.base = Ptr<float>(base);
+    pre.scale = Ptr<float>(scale);
+    pre.num_tokens = tokens;
+    pre.hc = kHc;
+    pre.dim = dim;
+    pre.iters = 20;
+    pre.hc_eps = kHcEps;
+    pre.post = Ptr<float>(post);
+    pre.comb = Ptr<float>(comb);
+    pre.norm_weight = Ptr<float>(weight);
+    pre.normed = normed.data();
+    pre.normed_dtype = DType::kBF16;
+    pre.workspace = Ptr<float>(ws);
+    kc::HcHeadParams head;
+    head.streams = Ptr<float>(streams);
+    head.base = Ptr<float>(base);
+    head.scale = Ptr<float>(scale);
+    head.rows = tokens;
+    head.hc = kHc;
+    head.dim = dim;
+    head.hc_eps = kHcEps;
+    head.norm_weight = Ptr<float>(weight);
+    head.normed = normed.data();
+    head.normed_dtype = DType::kBF16;
+    head.workspace = Ptr<float>(ws);
+    const double pre_us = time_graph([&](int i) {
+      pre.fn = fn_copy(i);
+      return kc::HcPre(pre, stream);
+    });
+    const double head_us = time_graph([&](int i) {
+      head.fn = fn_copy(i);
+      return kc::HcHead(head, stream);
+    });
+    std::printf("[V4MixPerf] graph, hc 4 dim 4096, %2lld tokens: HcPre %6.2f us, HcHead %6.2f us\n",
+                static_cast<long long>(tokens), pre_us, head_us);
+  }
+  for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}, max_tokens}) {
+    kc::NormRopeParams qn;
+    qn.x = Ptr<float>(x);
+    qn.x_stride = x_cols;
+    qn.out = qr.data();
+    qn.out_stride = q_rank;
+    qn.out_dtype = DType::kBF16;
+    qn.num_tokens = tokens;
+    qn.num_heads = 1;
+    qn.head_dim = q_rank;
+    qn.norm = true;
+    qn.norm_weight = Ptr<float>(weight);
+    kc::NormRopeParams kn;
+    kn.x = Ptr<float>(x) + q_rank;
+    kn.x_stride = x_cols;
+    kn.out = Ptr<float>(x) + q_rank;
+    kn.out_stride = x_cols;
+    kn.num_tokens = tokens;
+    kn.num_heads = 1;
+    kn.head_dim = hd;
+    kn.norm = true;
+    kn.norm_weight = Ptr<float>(weight);
+    kn.rotary_dim = rd;
+    kn.inv_freq = Ptr<float>(d_freq);
+    kn.positions = Ptr<int32_t>(d_pos);
+    kc::NormRopeParams qh = kn;
+    qh.x = Ptr<float>(q);
+    qh.x_stride = q_cols;
+    qh.out = Ptr<float>(q);
+    qh.out_stride = q_cols;
+    qh.num_heads = heads;
+    qh.norm_weight = nullptr;
+    kc::NormRopeParams iq = qh;
+    iq.x = Ptr<float>(q) + heads * hd;
+    iq.out = Ptr<float>(q) + heads * hd;
+    iq.num_heads = ih;
+    iq.head_dim = id;
+    iq.norm = false;
+    const kc::NormRopeParams first[] = {qn, kn}, second[] = {qh, iq};
+    const double single_us = time_graph([&](int) {
+      int e = kc::NormRope(qn, stream);
+      if (e == 0) e = kc::NormRope(kn, stream);
+      if (e == 0) e = kc::NormRope(qh, stream);
+      return e == 0 ? kc::NormRope(iq, stream) : e;
+    });
+    const double b1_us = time_graph([&](int) { return kc::NormRopeBatch(first, 2, stream); });
+    const double b2_us = time_graph([&](int) { return kc::NormRopeBatch(second, 2, stream); });
+    // Bytes a layer's four jobs move: f32 in, f32 or bf16 out.
+    const double bytes =
+        static_cast<double>(tokens) * (q_rank * 6 + hd * 8 + heads * hd * 8 + ih * id * 8);
+    std::printf(
+        "[V4MixPerf] graph, NormRope %4lld tokens: 4 single launches %8.2f us; batches %8.2f us "
+        "(q+kv %7.2f us, q heads+indexer %7.2f us), %6.0f GB/s\n",
+        static_cast<long long>(tokens), single_us, b1_us + b2_us, b1_us, b2_us,
+        bytes / ((b1_us + b2_us) * 1e3));
+  }
+  ASSERT_CUDA_OK(cudaEventDestroy(start));
+  ASSERT_CUDA_OK(cudaEventDestroy(stop));
+  ASSERT_CUDA_OK(cudaStreamDestroy(stream));
 }
 
 }  // namespace

@@ -79,25 +79,43 @@ struct MixArgs {
   void* normed;
 };
 
+// Sum of e[0..n) as a pairwise tree, ((e0 + e1) + (e2 + e3)) + ...: the bits of a butterfly of
+// shuffles over the same values (each addition is commutative), n a power of 2.
+template <int kN>
+__device__ __forceinline__ float TreeSum(float (&e)[kN]) {
+#pragma unroll
+  for (int w = kN / 2; w >= 1; w /= 2) {
+#pragma unroll
+    for (int j = 0; j < w; ++j) e[j] = e[2 * j] + e[2 * j + 1];
+  }
+  return e[0];
+}
+
 // The comb cell a lane holds (lanes in groups of kHc * kHc, cells row-major) from its logit
 // (mix * scale[2] + base): the row softmax plus eps, then Sinkhorn's normalisations, columns
-// first, `iters` of them in all (kernels/cpu HcPre).
+// first, `iters` of them in all (kernels/cpu HcPre). Every lane gathers the kHc values of its row
+// (or column) with independent shuffles and sums them as a tree: one shuffle latency per
+// normalisation instead of log2(kHc) chained ones, the same bits as a butterfly.
 template <int kHc>
 __device__ __forceinline__ float SinkhornCell(float v, float eps, int64_t iters) {
   constexpr int kCells = kHc * kHc;
-  auto row_sum = [](float x) {
+  const int lane = static_cast<int>(threadIdx.x % 32), g0 = lane & ~(kCells - 1);
+  const int cell = lane - g0, r = cell / kHc, c = cell % kHc;
+  auto row_sum = [&](float x) {
+    float e[kHc];
 #pragma unroll
-    for (int o = 1; o < kHc; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
+    for (int j = 0; j < kHc; ++j) e[j] = __shfl_sync(0xffffffffu, x, g0 + r * kHc + j);
+    return TreeSum(e);
   };
-  auto col_sum = [](float x) {
+  auto col_sum = [&](float x) {
+    float e[kHc];
 #pragma unroll
-    for (int o = kHc; o < kCells; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
+    for (int i = 0; i < kHc; ++i) e[i] = __shfl_sync(0xffffffffu, x, g0 + i * kHc + c);
+    return TreeSum(e);
   };
   float mx = v;
 #pragma unroll
-  for (int o = 1; o < kHc; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  for (int j = 0; j < kHc; ++j) mx = fmaxf(mx, __shfl_sync(0xffffffffu, v, g0 + r * kHc + j));
   const float e = expf(v - mx);
   v = e / row_sum(e) + eps;
   v = v / (col_sum(v) + eps);
@@ -334,14 +352,18 @@ cudaError_t LaunchMixConfig(const MixArgs& a, cudaStream_t stream) {
 // before, and of every stream row of the group's kTok tokens), stages both in shared memory and
 // writes, for each token t and partial q (the kM mixes, then the sum of squares), the slice's
 // dot product (columns in order) to ws[(t * kP + q) * slices + s].
-// HcFinishKernel: a cluster of kCluster CTAs per token. Every CTA sums the token's partials in the
-// same fixed order (lane-strided, then a butterfly: bit-identical totals), derives pre, collapses
-// its dim / kCluster slice with all its threads (rank 0's last warp runs Sinkhorn meanwhile), and
-// the collapsed sums of squares meet in the cluster (in rank order) for the output RMSNorm.
+// HcFinishKernel: no cluster, nothing shared between CTAs. CTA (t, 0) owns token t's sublayer
+// input: it sums the partials of pre and of the sum of squares (a warp per partial, lane-strided
+// then a butterfly: the same fixed order everywhere), derives pre, collapses the whole row (its
+// stream loads issued together with the partials' loads), and the collapsed row's sum of squares
+// is a block reduction for the output RMSNorm. CTA (t, 1) (HcPre only) sums the partials of post
+// and comb and runs Sinkhorn, in parallel on another SM. The weights (base, scale, the norm
+// weight) are read before the wait for the partial kernel.
 
 constexpr int kSliceVec = 32;  // float4 columns per partial CTA
 constexpr int kPartThreads = 256;
-constexpr int kFinThreads = 256;
+constexpr int kFinThreads = 512;
+constexpr int kFinU = 2;  // float4 columns of a thread whose loads are in flight together
 constexpr int kFinWarps = kFinThreads / 32;
 constexpr int64_t kWsMaxDim = 32768;
 
@@ -407,6 +429,14 @@ __global__ void __launch_bounds__(kPartThreads) HcPartialKernel(PartArgs a) {
   }
 }
 
+// Partial row `row` ([slices] floats) summed by a warp: lane-strided, then a butterfly.
+__device__ __forceinline__ float SumPartials(const float* row, int64_t slices, int lane) {
+  float s = 0.0f;
+#pragma unroll 4
+  for (int64_t i = lane; i < slices; i += 32) s += row[i];
+  return WarpSum(s);
+}
+
 template <int kHc, bool kHead, typename OutT>
 __global__ void __launch_bounds__(kFinThreads)
     HcFinishKernel(MixArgs a, const float* ws, int64_t slices) {
@@ -414,128 +444,165 @@ __global__ void __launch_bounds__(kFinThreads)
   constexpr int kP = kM + 1;
   constexpr int kCells = kHc * kHc;
   static_assert(32 % kCells == 0, "comb cells of a token fit in a warp");
+  static_assert(kFinWarps > kHc, "a warp per pre partial and one for the sum of squares");
   __shared__ float total[kP];
-  __shared__ float pre[kHc];
   __shared__ float red[kFinWarps];
-  __shared__ float sq_part;          // this CTA's share of the collapsed row's sum of squares
-  extern __shared__ float4 stash[];  // first the token's partials, then the collapsed slice
+  extern __shared__ float4 stash[];  // role 1: the token's partials; role 0: the collapsed row
 
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int64_t t = static_cast<int64_t>(blockIdx.x / kCluster);
+  const int64_t t = blockIdx.x;
   const int64_t dim = a.dim, width = kHc * dim, nvec = dim / 4;
-  const int64_t v0 = nvec * rank / kCluster, v1 = nvec * (rank + 1) / kCluster;
-  const int ns = static_cast<int>(v1 - v0);
-  const int warp = threadIdx.x / 32, wlane = threadIdx.x % 32;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, wlane = tid % 32;
+  const float* part = ws + t * kP * slices;
+  const float inv_width = 1.0f / static_cast<float>(width);
+
+  if constexpr (!kHead) {
+    if (blockIdx.y == 1) {
+      // post and comb: the partials of mixes kHc .. kM - 1 and the sum of squares, staged in
+      // shared memory (all loads in flight at once), summed, then Sinkhorn in warp 0.
+      const int cell = wlane % kCells;
+      float comb_base = 0.0f, post_base = 0.0f, scale1 = 0.0f, scale2 = 0.0f;
+      if (warp == 0) {
+        comb_base = a.base[2 * kHc + cell];
+        post_base = a.base[kHc + cell % kHc];
+        scale1 = a.scale[1];
+        scale2 = a.scale[2];
+      }
+      WaitForPrerequisites();
+      AllowDependents();
+      float* buf = reinterpret_cast<float*>(stash);
+      const int n = static_cast<int>((kP - kHc) * slices);
+      const float* src = part + kHc * slices;
+      constexpr int kU = 8;
+      for (int first = tid; first < n; first += kFinThreads * kU) {
+        float v[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int i = first + u * kFinThreads;
+          v[u] = i < n ? src[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int i = first + u * kFinThreads;
+          if (i < n) buf[i] = v[u];
+        }
+      }
+      __syncthreads();
+      for (int q = kHc + warp; q < kP; q += kFinWarps) {
+        float s = 0.0f;
+        for (int64_t i = wlane; i < slices; i += 32) s += buf[(q - kHc) * slices + i];
+        s = WarpSum(s);
+        if (wlane == 0) total[q] = s;
+      }
+      __syncthreads();
+      if (warp == 0) {
+        const float inv = 1.0f / sqrtf(total[kM] * inv_width + a.norm_eps);
+        const float v =
+            SinkhornCell<kHc>(total[2 * kHc + cell] * inv * scale2 + comb_base, a.hc_eps, a.iters);
+        if (wlane < kCells) {
+          a.comb[t * kCells + cell] = v;
+          if (cell < kHc) {
+            const float m = total[kHc + cell] * inv;
+            a.post[t * kHc + cell] = 2.0f * Sigmoid(m * scale1 + post_base);
+          }
+        }
+      }
+      return;
+    }
+  }
+
+  // The sublayer input. Weights first: pre's base and scale, this thread's first norm weights.
+  float pre_base[kHc];
+#pragma unroll
+  for (int i = 0; i < kHc; ++i) pre_base[i] = a.base[i];
+  const float scale0 = a.scale[0];
+  float4 w0[kFinU];
+#pragma unroll
+  for (int u = 0; u < kFinU; ++u) {
+    const int64_t v = tid + u * kFinThreads;
+    w0[u] = a.normed != nullptr && v < nvec ? Load4(a.norm_weight + 4 * v)
+                                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   WaitForPrerequisites();
   AllowDependents();
 
-  // 1. The token's partials into shared memory (all loads in flight at once), then summed.
-  {
-    float* buf = reinterpret_cast<float*>(stash);
-    const int n = static_cast<int>(kP * slices);
-    const float* src = ws + t * n;
-    constexpr int kU = 16;
-    for (int first = threadIdx.x; first < n; first += kFinThreads * kU) {
-      float v[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int i = first + u * kFinThreads;
-        v[u] = i < n ? src[i] : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int i = first + u * kFinThreads;
-        if (i < n) buf[i] = v[u];
-      }
-    }
-    __syncthreads();
-    for (int q = warp; q < kP; q += kFinWarps) {
-      float s = 0.0f;
-      for (int64_t i = wlane; i < slices; i += 32) s += buf[q * slices + i];
-      s = WarpSum(s);
-      if (wlane == 0) total[q] = s;
-    }
-    __syncthreads();  // also: every read of buf is done before stash is written
-  }
-
-  // 2. pre.
-  const float inv = 1.0f / sqrtf(total[kM] * (1.0f / static_cast<float>(width)) + a.norm_eps);
-  if (threadIdx.x < kHc) {
-    const int i = threadIdx.x;
-    pre[i] = Sigmoid(total[i] * inv * a.scale[0] + a.base[i]) + a.hc_eps;
-  }
-  __syncthreads();
-
-  // 3. Collapse this CTA's slice; post and comb (Sinkhorn) by rank 0's last warp meanwhile.
   const int64_t row = a.rows_index != nullptr ? static_cast<int64_t>(a.rows_index[t]) : t;
   const float* x = a.streams + row * width;
-  float ssq = 0.0f;
-  for (int v = threadIdx.x; v < ns; v += kFinThreads) {
-    const int64_t col = 4 * (v0 + v);
-    float4 cv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 xs[kFinU][kHc];
+  auto load_chunk = [&](int64_t first) {
 #pragma unroll
-    for (int i = 0; i < kHc; ++i) {
-      const float4 xi = Load4(x + i * dim + col);
-      const float w = pre[i];
-      cv.x = fmaf(w, xi.x, cv.x);
-      cv.y = fmaf(w, xi.y, cv.y);
-      cv.z = fmaf(w, xi.z, cv.z);
-      cv.w = fmaf(w, xi.w, cv.w);
-    }
-    stash[v] = cv;
-    if (!kHead && a.collapsed != nullptr) Store4(a.collapsed + t * dim + col, cv);
-    ssq = Dot4(cv, cv, ssq);
-  }
-  if constexpr (!kHead) {
-    if (rank == 0 && warp == kFinWarps - 1) {
-      const int cell = wlane % kCells, r = cell / kHc, c = cell % kHc;
-      const float eps = a.hc_eps;
-      const float v = SinkhornCell<kHc>(
-          total[2 * kHc + cell] * inv * a.scale[2] + a.base[2 * kHc + cell], eps, a.iters);
-      if (wlane < kCells) {
-        a.comb[t * kCells + r * kHc + c] = v;
-        if (cell < kHc) {
-          const float m = total[kHc + cell] * inv;
-          a.post[t * kHc + cell] = 2.0f * Sigmoid(m * a.scale[1] + a.base[kHc + cell]);
-        }
+    for (int u = 0; u < kFinU; ++u) {
+      const int64_t v = first + u * kFinThreads;
+#pragma unroll
+      for (int i = 0; i < kHc; ++i) {
+        xs[u][i] = v < nvec ? Load4(x + i * dim + 4 * v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
     }
+  };
+  load_chunk(tid);  // in flight with the partials' loads
+  if (warp < kHc || warp == kHc) {
+    const int q = warp < kHc ? warp : kM;
+    const float s = SumPartials(part + q * slices, slices, wlane);
+    if (wlane == 0) total[q] = s;
   }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(total[kM] * inv_width + a.norm_eps);
+  float pre[kHc];
+#pragma unroll
+  for (int i = 0; i < kHc; ++i) pre[i] = Sigmoid(total[i] * inv * scale0 + pre_base[i]) + a.hc_eps;
+
+  // Collapse (kept in shared memory) and its sum of squares.
+  float ssq = 0.0f;
+  for (int64_t first = tid; first < nvec; first += kFinThreads * kFinU) {
+    if (first != tid) load_chunk(first);
+#pragma unroll
+    for (int u = 0; u < kFinU; ++u) {
+      const int64_t v = first + u * kFinThreads;
+      if (v >= nvec) break;
+      float4 cv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int i = 0; i < kHc; ++i) {
+        const float4 xi = xs[u][i];
+        const float w = pre[i];
+        cv.x = fmaf(w, xi.x, cv.x);
+        cv.y = fmaf(w, xi.y, cv.y);
+        cv.z = fmaf(w, xi.z, cv.z);
+        cv.w = fmaf(w, xi.w, cv.w);
+      }
+      stash[v] = cv;
+      if (!kHead && a.collapsed != nullptr) Store4(a.collapsed + t * dim + 4 * v, cv);
+      ssq = Dot4(cv, cv, ssq);
+    }
+  }
+  if (a.normed == nullptr) return;
   ssq = WarpSum(ssq);
   if (wlane == 0) red[warp] = ssq;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float s = 0.0f;
+  float s = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kFinWarps; ++w) s += red[w];
-    sq_part = s;
-  }
-  cluster.sync();  // every CTA's sq_part is complete
+  for (int w = 0; w < kFinWarps; ++w) s += red[w];
+  const float inv_out = 1.0f / sqrtf(s * (1.0f / static_cast<float>(dim)) + a.norm_eps);
 
-  // 4. normed = collapsed / rms(collapsed) * norm_weight.
-  if (a.normed != nullptr) {
-    float s = 0.0f;
+  // normed = collapsed / rms(collapsed) * norm_weight (a thread reads back its own columns).
+  OutT* out = static_cast<OutT*>(a.normed) + t * dim;
+  for (int64_t first = tid; first < nvec; first += kFinThreads * kFinU) {
 #pragma unroll
-    for (int r = 0; r < kCluster; ++r) s += *cluster.map_shared_rank(&sq_part, r);
-    const float inv_out = 1.0f / sqrtf(s * (1.0f / static_cast<float>(dim)) + a.norm_eps);
-    OutT* out = static_cast<OutT*>(a.normed) + t * dim;
-    for (int v = threadIdx.x; v < ns; v += kFinThreads) {
-      const int64_t col = 4 * (v0 + v);
+    for (int u = 0; u < kFinU; ++u) {
+      const int64_t v = first + u * kFinThreads;
+      if (v >= nvec) break;
       const float4 cv = stash[v];
-      const float4 w = Load4(a.norm_weight + col);
-      Store4(out + col, make_float4((cv.x * inv_out) * w.x, (cv.y * inv_out) * w.y,
-                                    (cv.z * inv_out) * w.z, (cv.w * inv_out) * w.w));
+      const float4 w = first == tid ? w0[u] : Load4(a.norm_weight + 4 * v);
+      Store4(out + 4 * v, make_float4((cv.x * inv_out) * w.x, (cv.y * inv_out) * w.y,
+                                      (cv.z * inv_out) * w.z, (cv.w * inv_out) * w.w));
     }
-    cluster.sync();  // the others' sq_part stays alive until every CTA has read it
   }
 }
 
-// Shared memory of HcFinishKernel: the token's partials, then (aliased) the collapsed slice.
+// Shared memory of HcFinishKernel: the collapsed row (role 0) or the partials of post and comb
+// (role 1), whichever is larger.
 size_t FinishSmem(int64_t num_partials, int64_t hc, int64_t dim) {
   const size_t partials = static_cast<size_t>(num_partials * HcSlices(hc, dim)) * sizeof(float);
-  const size_t slice = static_cast<size_t>((dim / 4 + kCluster - 1) / kCluster) * sizeof(float4);
-  return partials > slice ? partials : slice;
+  const size_t row = static_cast<size_t>(dim) * sizeof(float);
+  return partials > row ? partials : row;
 }
 
 template <bool kHead, typename OutT>
@@ -560,28 +627,10 @@ cudaError_t LaunchMixWorkspace(const MixArgs& a, float* ws, cudaStream_t stream)
   static const cudaError_t attr = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxStashBytes));
   if (attr != cudaSuccess) return attr;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(a.tokens * kCluster));
-  cfg.blockDim = dim3(kFinThreads);
-  cfg.dynamicSmemBytes = FinishSmem(kM + 1, 4, a.dim);
-  cfg.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = kCluster;
-  attrs[0].val.clusterDim.y = 1;
-  attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 2;
   const float* cws = ws;
-  e = cudaLaunchKernelEx(&cfg, kernel, a, cws, slices);
-  if (e != cudaSuccess) {  // a driver refusing programmatic launch of clusters: plain launch
-    (void)cudaGetLastError();
-    cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, kernel, a, cws, slices);
-  }
-  return e;
+  const dim3 grid(static_cast<unsigned>(a.tokens), kHead ? 1 : 2);
+  return LaunchDependent(kernel, grid, kFinThreads, FinishSmem(kM + 1, 4, a.dim), stream, a, cws,
+                         slices);
 }
 
 // Tokens per cluster by the token count: 1 (decode: up to 16 clusters read fn), 4, or 32
@@ -778,19 +827,122 @@ __global__ void __launch_bounds__(kRouteWarps * 32) RouteKernel(RouteParams p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// NormRope: one warp per (token, head); lane l owns the pairs l, l + 32, ...
+// NormRope (a batch of up to kNormRopeMaxJobs jobs in one grid): CTAs [cta_end[j - 1],
+// cta_end[j]) take job j's rows, kRopeWarps of them per CTA, one warp per (token, head) row; lane l
+// owns the pairs l, l + 32, ... Rows of up to 32 * kPer pairs (kPer <= 16: head_dim <= 1024) are
+// held in registers: the lane's norm weights and rotary frequencies are read before the wait for
+// the kernel before, then all its pairs are loaded at once. Longer rows stream twice
+// (NormRopeLoop). The per-lane sum of squares and every product are those of the one-job kernel it
+// replaces.
 
-template <typename OutT>
-__global__ void __launch_bounds__(256) NormRopeKernel(NormRopeParams p) {
+constexpr int kRopeWarps = 8;
+
+struct NormRopeBatchArgs {
+  NormRopeParams jobs[kNormRopeMaxJobs];
+  int64_t cta_end[kNormRopeMaxJobs];
+  int per[kNormRopeMaxJobs];  // pairs per lane held in registers (1, 2, 4, 8, 16); 0: streamed
+  int count;
+};
+
+__device__ __forceinline__ void StorePair(const NormRopeParams& p, int64_t off, float a, float b) {
+  if (p.out_dtype == DType::kBF16) {
+    Store2(static_cast<bf16*>(p.out) + off, a, b);
+  } else {
+    Store2(static_cast<float*>(p.out) + off, a, b);
+  }
+}
+
+__device__ __forceinline__ float2 Rotate(float2 v, float pos, float freq, bool inverse) {
+  const float angle = pos * freq;
+  float sn, cs;
+  sincosf(angle, &sn, &cs);
+  if (inverse) sn = -sn;
+  const float a = v.x * cs - v.y * sn, b = v.y * cs + v.x * sn;
+  return make_float2(a, b);
+}
+
+template <int kPer>
+__device__ __forceinline__ void NormRopeRow(const NormRopeParams& p, int64_t row, int lane) {
+  const int64_t t = row / p.num_heads, h = row % p.num_heads;
+  const int hd = static_cast<int>(p.head_dim), pairs = hd / 2;
+  const int rd = static_cast<int>(p.rotary_dim), first_rot = (hd - rd) / 2;
+  const bool norm = p.norm;
+  // Weights (never written by the kernels before): norm weights (1 without) and frequencies,
+  // ahead of the wait up to 8 pairs a lane (longer rows read them with their pairs: registers).
+  constexpr bool kEarly = kPer <= 8;
+  auto weight = [&](int q) {
+    return norm && p.norm_weight != nullptr && q < pairs
+               ? make_float2(p.norm_weight[2 * q], p.norm_weight[2 * q + 1])
+               : make_float2(1.0f, 1.0f);
+  };
+  auto frequency = [&](int q) {
+    return rd > 0 && q >= first_rot && q < pairs ? p.inv_freq[q - first_rot] : 0.0f;
+  };
+  float2 w[kEarly ? kPer : 1];
+  float freq[kEarly ? kPer : 1];
+  if constexpr (kEarly) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      w[k] = weight(lane + 32 * k);
+      freq[k] = frequency(lane + 32 * k);
+    }
+  }
   WaitForPrerequisites();
   AllowDependents();
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= p.num_tokens * p.num_heads) return;
+  const float2* x = reinterpret_cast<const float2*>(p.x + t * p.x_stride + h * hd);
+  float2 v[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int q = lane + 32 * k;
+    v[k] = q < pairs ? x[q] : make_float2(0.0f, 0.0f);
+  }
+  const float pos = rd > 0 ? static_cast<float>(p.positions[t] + p.position_offset) : 0.0f;
+  float inv = 1.0f;
+  if (norm) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (lane + 32 * k < pairs) {
+        ss = fmaf(v[k].x, v[k].x, ss);
+        ss = fmaf(v[k].y, v[k].y, ss);
+      }
+    }
+    ss = WarpSum(ss);
+    inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + p.eps);
+  }
+  // Every pair normed and rotated before the first store: no store sits between the weight loads
+  // of rows past 8 pairs a lane (a store may alias them), so they are all in flight together.
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= pairs) break;
+    float2 y = v[k];
+    if (norm) {  // x * inv * weight: a weight of 1 leaves the product's bits
+      const float2 wk = kEarly ? w[kEarly ? k : 0] : weight(q);
+      y.x = (y.x * inv) * wk.x;
+      y.y = (y.y * inv) * wk.y;
+    }
+    if (rd > 0 && q >= first_rot) {
+      y = Rotate(y, pos, kEarly ? freq[kEarly ? k : 0] : frequency(q), p.inverse);
+    }
+    v[k] = y;
+  }
+  const int64_t out = t * p.out_stride + h * hd;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= pairs) break;
+    StorePair(p, out + 2 * q, v[k].x, v[k].y);
+  }
+}
+
+// Rows longer than 32 * 16 pairs: the sum of squares, then a second pass over the row.
+__device__ __noinline__ void NormRopeLoop(const NormRopeParams& p, int64_t row, int lane) {
+  WaitForPrerequisites();
+  AllowDependents();
   const int64_t t = row / p.num_heads, h = row % p.num_heads;
   const int hd = static_cast<int>(p.head_dim), pairs = hd / 2;
   const float2* x = reinterpret_cast<const float2*>(p.x + t * p.x_stride + h * hd);
-  OutT* out = static_cast<OutT*>(p.out) + t * p.out_stride + h * hd;
   float inv = 1.0f;
   if (p.norm) {
     float ss = 0.0f;
@@ -805,6 +957,7 @@ __global__ void __launch_bounds__(256) NormRopeKernel(NormRopeParams p) {
   const int first_rot = (hd - static_cast<int>(p.rotary_dim)) / 2;
   const float pos =
       p.rotary_dim > 0 ? static_cast<float>(p.positions[t] + p.position_offset) : 0.0f;
+  const int64_t out = t * p.out_stride + h * hd;
   for (int q = lane; q < pairs; q += 32) {
     float2 v = x[q];
     if (p.norm) {
@@ -816,15 +969,48 @@ __global__ void __launch_bounds__(256) NormRopeKernel(NormRopeParams p) {
       }
     }
     if (p.rotary_dim > 0 && q >= first_rot) {
-      const float angle = pos * p.inv_freq[q - first_rot];
-      float sn, cs;
-      sincosf(angle, &sn, &cs);
-      if (p.inverse) sn = -sn;
-      const float a = v.x * cs - v.y * sn, b = v.y * cs + v.x * sn;
-      v = make_float2(a, b);
+      v = Rotate(v, pos, p.inv_freq[q - first_rot], p.inverse);
     }
-    Store2(out + 2 * q, v.x, v.y);
+    StorePair(p, out + 2 * q, v.x, v.y);
   }
+}
+
+__global__ void __launch_bounds__(kRopeWarps * 32, 3)
+    NormRopeBatchKernel(const __grid_constant__ NormRopeBatchArgs a) {
+  int j = 0;
+  while (j + 1 < a.count && static_cast<int64_t>(blockIdx.x) >= a.cta_end[j]) ++j;
+  const NormRopeParams& p = a.jobs[j];
+  const int64_t first_cta = j == 0 ? 0 : a.cta_end[j - 1];
+  const int64_t row =
+      (static_cast<int64_t>(blockIdx.x) - first_cta) * kRopeWarps + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (row >= p.num_tokens * p.num_heads) return;
+  switch (a.per[j]) {
+    case 1:
+      return NormRopeRow<1>(p, row, lane);
+    case 2:
+      return NormRopeRow<2>(p, row, lane);
+    case 4:
+      return NormRopeRow<4>(p, row, lane);
+    case 8:
+      return NormRopeRow<8>(p, row, lane);
+    case 16:
+      return NormRopeRow<16>(p, row, lane);
+    default:
+      return NormRopeLoop(p, row, lane);
+  }
+}
+
+bool NormRopeOk(const NormRopeParams& p) {
+  if (p.num_tokens == 0 || p.num_heads == 0) return true;  // nothing to do
+  const auto aligned8 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 7) == 0; };
+  return p.num_tokens > 0 && p.num_heads > 0 && p.head_dim > 0 && p.head_dim % 2 == 0 &&
+         p.rotary_dim >= 0 && p.rotary_dim % 2 == 0 && p.rotary_dim <= p.head_dim &&
+         p.x != nullptr && p.out != nullptr && p.x_stride % 2 == 0 && p.out_stride % 2 == 0 &&
+         p.x_stride >= p.num_heads * p.head_dim && p.out_stride >= p.num_heads * p.head_dim &&
+         aligned8(p.x) && aligned8(p.out) &&
+         (p.out_dtype == DType::kF32 || p.out_dtype == DType::kBF16) &&
+         (p.rotary_dim == 0 || (p.inv_freq != nullptr && p.positions != nullptr));
 }
 
 }  // namespace
@@ -893,23 +1079,30 @@ int Route(const RouteParams& p, void* stream) {
   return LaunchDependent(RouteKernel<32>, blocks, kRouteWarps * 32, 0, s, p);
 }
 
-int NormRope(const NormRopeParams& p, void* stream) {
-  if (p.num_tokens == 0 || p.num_heads == 0) return 0;
-  const auto aligned8 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 7) == 0; };
-  if (p.num_tokens < 0 || p.num_heads < 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
-      p.rotary_dim < 0 || p.rotary_dim % 2 != 0 || p.rotary_dim > p.head_dim || p.x == nullptr ||
-      p.out == nullptr || p.x_stride % 2 != 0 || p.out_stride % 2 != 0 ||
-      p.x_stride < p.num_heads * p.head_dim || p.out_stride < p.num_heads * p.head_dim ||
-      !aligned8(p.x) || !aligned8(p.out) ||
-      (p.rotary_dim > 0 && (p.inv_freq == nullptr || p.positions == nullptr))) {
+int NormRope(const NormRopeParams& p, void* stream) { return NormRopeBatch(&p, 1, stream); }
+
+int NormRopeBatch(const NormRopeParams* jobs, int count, void* stream) {
+  if (count < 0 || count > kNormRopeMaxJobs || (count > 0 && jobs == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  return DispatchFloat(p.out_dtype, [&](auto o) {
-    using OutT = decltype(o);
-    const auto blocks = static_cast<unsigned>((p.num_tokens * p.num_heads + 7) / 8);
-    return LaunchDependent(NormRopeKernel<OutT>, blocks, 256, 0, static_cast<cudaStream_t>(stream),
-                           p);
-  });
+  NormRopeBatchArgs a = {};
+  int64_t ctas = 0;
+  for (int i = 0; i < count; ++i) {
+    const NormRopeParams& p = jobs[i];
+    if (!NormRopeOk(p)) return cudaErrorInvalidValue;
+    a.jobs[a.count] = p;
+    const int64_t rows = p.num_tokens * p.num_heads;
+    if (rows == 0) continue;
+    const int64_t per = (p.head_dim / 2 + 31) / 32;
+    a.per[a.count] = per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : per <= 8 ? 8 : per <= 16 ? 16 : 0;
+    ctas += (rows + kRopeWarps - 1) / kRopeWarps;
+    a.cta_end[a.count] = ctas;
+    ++a.count;
+  }
+  if (ctas == 0) return 0;
+  if (ctas > INT_MAX) return cudaErrorInvalidValue;
+  return LaunchDependent(NormRopeBatchKernel, dim3(static_cast<unsigned>(ctas)), kRopeWarps * 32, 0,
+                         static_cast<cudaStream_t>(stream), a);
 }
 
 }  // namespace dinfer::kernels::cuda

@@ -23,11 +23,12 @@
 // dim <= 32768): two kernels. The first spreads the hc * dim dot products over
 // ceil(hc * dim / 128) CTAs per group of up to 16 tokens (each CTA a 128-value slice of fn for
 // every mix row) and writes each slice's partial mixes and sum of squares to the workspace; the
-// second (a cluster of 8 CTAs per token) sums the partials in a fixed order, then does Sinkhorn,
-// the collapse and the RMSNorm as above. The same inputs give the same bits on every run; both
-// launches are graph-capturable. The first kernel reads fn before waiting for the kernel before it
-// in the stream (programmatic dependent launch): fn must not be written by the kernels just before
-// (weights never are).
+// second has no cluster: per token, one CTA sums the partials of pre (fixed order), collapses the
+// whole row and RMSNorms it (a block reduction), and (HcPre) another CTA sums the partials of
+// post and comb and runs Sinkhorn. The same inputs give the same bits on every run; both launches
+// are graph-capturable. Both kernels read weights (fn, base, scale, norm_weight) before waiting
+// for the kernel before them in the stream (programmatic dependent launch): weights must not be
+// written by the kernels just before (they never are).
 #pragma once
 
 #include <cstdint>
@@ -121,8 +122,11 @@ int Route(const RouteParams& p, void* stream);
 // Per-head RMSNorm and/or DeepSeek-V4 rotary on f32 rows: for each token and head, optionally
 // x = x / rms(x) * (norm_weight or 1) over head_dim (eps), then rotate the interleaved pairs of
 // the last rotary_dim dims by angle (positions[t] + position_offset) * inv_freq[i] (inverse: by
-// -angle), computed as the CPU does (float32 angle, cos/sin), and store as out_dtype. out may
-// equal x (f32, same stride).
+// -angle), computed as the CPU does (float32 angle, cos/sin), and store as out_dtype (f32 or
+// bf16). out may equal x (f32, same stride). One warp per (token, head) row; rows of up to 1024
+// dims are held in registers. norm_weight and inv_freq may be read before waiting for the kernel
+// before in the stream (programmatic dependent launch): they must not be written by the kernels
+// just before (weights never are).
 struct NormRopeParams {
   const float* x = nullptr;
   int64_t x_stride = 0;  // elements between tokens
@@ -140,5 +144,13 @@ struct NormRopeParams {
   bool inverse = false;
 };
 int NormRope(const NormRopeParams& p, void* stream);
+
+// Up to kNormRopeMaxJobs independent NormRope jobs (any shapes, dtypes, options) in one launch:
+// one grid covering all the jobs' rows, each job computed exactly as NormRope computes it (the
+// same bits). The jobs are read on the host (passed to the kernel by value). A job may work in
+// place; no job may write what another job reads or writes. Jobs with no rows are skipped;
+// count 0 launches nothing.
+constexpr int kNormRopeMaxJobs = 4;
+int NormRopeBatch(const NormRopeParams* jobs, int count, void* stream);
 
 }  // namespace dinfer::kernels::cuda

@@ -570,7 +570,9 @@ Status GpuDeepseekV4::RunLayer(const Layer& l, int64_t layer, const GpuStep& ste
   DINFER_RETURN_IF_ERROR(Check(kc::HcPre(pre, stream), "hyper-connection (attention)"));
   DINFER_RETURN_IF_ERROR(
       Gemm(normed_, h, l.x_proj.data(), l.x_cols, h, x_out_, l.x_cols, n, DType::kF32, stream));
-  // q: low-rank, normed, projected (with the indexer's queries), each head normed and rotated.
+  // q: low-rank, normed, projected (with the indexer's queries), each head normed and rotated;
+  // the key (one head) normed and rotated in place. One launch for the q norm and the key, one
+  // for the q heads and the indexer's queries (rotated, not normed).
   kc::NormRopeParams qn;
   qn.x = x_out_;
   qn.x_stride = l.x_cols;
@@ -583,10 +585,27 @@ Status GpuDeepseekV4::RunLayer(const Layer& l, int64_t layer, const GpuStep& ste
   qn.norm = true;
   qn.norm_weight = l.q_norm.as<float>();
   qn.eps = eps;
-  DINFER_RETURN_IF_ERROR(Check(kc::NormRope(qn, stream), "q norm"));
+  kc::NormRopeParams kn;
+  kn.x = x_out_ + q_rank;
+  kn.x_stride = l.x_cols;
+  kn.out = x_out_ + q_rank;
+  kn.out_stride = l.x_cols;
+  kn.out_dtype = DType::kF32;
+  kn.num_tokens = n;
+  kn.num_heads = 1;
+  kn.head_dim = d;
+  kn.norm = true;
+  kn.norm_weight = l.kv_norm.as<float>();
+  kn.eps = eps;
+  kn.rotary_dim = c.rotary_dim;
+  kn.inv_freq = inv_freq;
+  kn.positions = step.positions;
+  const kc::NormRopeParams q_kv[] = {qn, kn};
+  DINFER_RETURN_IF_ERROR(Check(kc::NormRopeBatch(q_kv, 2, stream), "q and kv norm"));
   DINFER_RETURN_IF_ERROR(Gemm(qr_, q_rank, l.q_proj.data(), l.q_cols, q_rank, q_out_, l.q_cols, n,
                               DType::kF32, stream));
-  kc::NormRopeParams qh;
+  kc::NormRopeParams q_jobs[2];
+  kc::NormRopeParams& qh = q_jobs[0];
   qh.x = q_out_;
   qh.x_stride = l.q_cols;
   qh.out = q_out_;
@@ -600,16 +619,18 @@ Status GpuDeepseekV4::RunLayer(const Layer& l, int64_t layer, const GpuStep& ste
   qh.rotary_dim = c.rotary_dim;
   qh.inv_freq = inv_freq;
   qh.positions = step.positions;
-  DINFER_RETURN_IF_ERROR(Check(kc::NormRope(qh, stream), "q heads"));
-  // The key (one head): normed and rotated in place.
-  kc::NormRopeParams kn = qh;
-  kn.x = x_out_ + q_rank;
-  kn.x_stride = l.x_cols;
-  kn.out = x_out_ + q_rank;
-  kn.out_stride = l.x_cols;
-  kn.num_heads = 1;
-  kn.norm_weight = l.kv_norm.as<float>();
-  DINFER_RETURN_IF_ERROR(Check(kc::NormRope(kn, stream), "kv norm"));
+  if (l.index_comp) {
+    kc::NormRopeParams& iq = q_jobs[1];
+    iq = qh;
+    iq.x = q_out_ + q_dim;
+    iq.out = q_out_ + q_dim;
+    iq.num_heads = v.index_heads;
+    iq.head_dim = v.index_head_dim;
+    iq.norm = false;
+    iq.inv_freq = inv_freq_compress_.as<float>();
+  }
+  DINFER_RETURN_IF_ERROR(
+      Check(kc::NormRopeBatch(q_jobs, l.index_comp ? 2 : 1, stream), "q heads (and indexer q)"));
 
   // Compressors: plane 1 (state) and 2 (entries); the indexer's 3 and 4.
   auto compress = [&](const Compressor& comp, size_t state_plane, size_t entry_plane) -> Status {
@@ -650,14 +671,6 @@ Status GpuDeepseekV4::RunLayer(const Layer& l, int64_t layer, const GpuStep& ste
   if (l.index_comp) {
     DINFER_RETURN_IF_ERROR(compress(*l.index_comp, 3, 4));
     const int64_t ih = v.index_heads, id = v.index_head_dim;
-    kc::NormRopeParams iq = qh;
-    iq.x = q_out_ + q_dim;
-    iq.out = q_out_ + q_dim;
-    iq.num_heads = ih;
-    iq.head_dim = id;
-    iq.norm = false;
-    iq.inv_freq = inv_freq_compress_.as<float>();
-    DINFER_RETURN_IF_ERROR(Check(kc::NormRope(iq, stream), "indexer q"));
     const int32_t group = layout[4].group;
     kc::V4IndexerParams p;
     p.q = q_out_ + q_dim;
