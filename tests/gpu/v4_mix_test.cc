@@ -475,6 +475,178 @@ TEST(V4MixHcGraphTest, WorkspacePathReplaysEagerBits) {
 }
 
 // ------------------------------------------------------------------------------------------
+// HcPost given the next op's fn and workspace (its partials computed with the new streams), then
+// the op with partials_ready, against HcPost then the op's own two kernels: the same bits. The
+// chain is the model's: HcPost -> HcPre -> HcPost -> HcHead (gathered rows: every other token,
+// last first), one workspace. Above kHcWorkspaceMaxTokens the options are ignored.
+class V4MixHcFusedTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+
+TEST_P(V4MixHcFusedTest, PostWithPartialsMatchesSeparateBits) {
+  SKIP_WITHOUT_GPU();
+  const auto [n, dim] = GetParam();
+  const int64_t mix = (2 + kHc) * kHc, width = kHc * dim;
+  std::mt19937 rng(static_cast<uint32_t>(n * 31 + dim));
+  const auto streams = RandomStreams(n, dim, rng);
+  const auto y = Random(n * dim, rng), y2 = Random(n * dim, rng);
+  const auto post = Random(n * kHc, rng);
+  const auto comb = Random(n * kHc * kHc, rng, 0.5f);
+  const auto w = RandomHcWeights(mix, dim, rng);
+  const auto hw = RandomHcWeights(kHc, dim, rng);
+  std::vector<int32_t> index;
+  for (int64_t r = n - 1; r >= 0; r -= 2) index.push_back(static_cast<int32_t>(r));
+  const int64_t rows = static_cast<int64_t>(index.size());
+
+  auto d_streams = Upload(streams, DType::kF32);
+  auto d_y = Upload(y, DType::kF32), d_y2 = Upload(y2, DType::kF32);
+  auto d_post_in = Upload(post, DType::kF32), d_comb_in = Upload(comb, DType::kF32);
+  auto d_fn = Upload(w.fn, DType::kF32), d_base = Upload(w.base, DType::kF32);
+  auto d_scale = Upload(w.scale, DType::kF32), d_weight = Upload(w.weight, DType::kF32);
+  auto d_hfn = Upload(hw.fn, DType::kF32), d_hbase = Upload(hw.base, DType::kF32);
+  auto d_hscale = Upload({1.3f}, DType::kF32), d_hweight = Upload(hw.weight, DType::kF32);
+  auto d_index = UploadRaw(index);
+
+  // outputs: new streams, post, comb, collapsed, normed (bf16), second streams, head rows (f32)
+  auto run = [&](bool fused) {
+    auto d_out = Poisoned(n * width, DType::kF32), d_out2 = Poisoned(n * width, DType::kF32);
+    auto d_post = Poisoned(n * kHc, DType::kF32), d_comb = Poisoned(n * kHc * kHc, DType::kF32);
+    auto d_collapsed = Poisoned(n * dim, DType::kF32), d_normed = Poisoned(n * dim, DType::kBF16);
+    auto d_head = Poisoned(rows * dim, DType::kF32);
+    auto d_ws = PoisonedWorkspace(n, dim);
+    kc::HcPostParams pp;
+    pp.streams = Ptr<float>(d_streams);
+    pp.y = Ptr<float>(d_y);
+    pp.post = Ptr<float>(d_post_in);
+    pp.comb = Ptr<float>(d_comb_in);
+    pp.num_tokens = n;
+    pp.hc = kHc;
+    pp.dim = dim;
+    pp.out = Ptr<float>(d_out);
+    pp.next_fn = fused ? Ptr<float>(d_fn) : nullptr;
+    pp.next_workspace = fused ? Ptr<float>(d_ws) : nullptr;
+    kc::HcPreParams pre;
+    pre.streams = Ptr<float>(d_out);
+    pre.fn = Ptr<float>(d_fn);
+    pre.base = Ptr<float>(d_base);
+    pre.scale = Ptr<float>(d_scale);
+    pre.num_tokens = n;
+    pre.hc = kHc;
+    pre.dim = dim;
+    pre.iters = 20;
+    pre.hc_eps = kHcEps;
+    pre.norm_eps = kNormEps;
+    pre.post = Ptr<float>(d_post);
+    pre.comb = Ptr<float>(d_comb);
+    pre.collapsed = Ptr<float>(d_collapsed);
+    pre.norm_weight = Ptr<float>(d_weight);
+    pre.normed = d_normed.data();
+    pre.normed_dtype = DType::kBF16;
+    pre.workspace = Ptr<float>(d_ws);
+    pre.partials_ready = fused;
+    kc::HcPostParams pp2 = pp;
+    pp2.streams = Ptr<float>(d_out);
+    pp2.y = Ptr<float>(d_y2);
+    pp2.post = Ptr<float>(d_post);
+    pp2.comb = Ptr<float>(d_comb);
+    pp2.out = Ptr<float>(d_out2);
+    pp2.next_fn = fused ? Ptr<float>(d_hfn) : nullptr;
+    pp2.next_head = true;
+    kc::HcHeadParams h;
+    h.streams = Ptr<float>(d_out2);
+    h.rows_index = Ptr<int32_t>(d_index);
+    h.fn = Ptr<float>(d_hfn);
+    h.base = Ptr<float>(d_hbase);
+    h.scale = Ptr<float>(d_hscale);
+    h.rows = rows;
+    h.hc = kHc;
+    h.dim = dim;
+    h.hc_eps = kHcEps;
+    h.norm_eps = kNormEps;
+    h.norm_weight = Ptr<float>(d_hweight);
+    h.normed = d_head.data();
+    h.normed_dtype = DType::kF32;
+    h.workspace = Ptr<float>(d_ws);
+    h.partials_ready = fused && kc::HcWorkspacePath(n, dim);  // as the runner sets it
+    EXPECT_EQ(kc::HcPost(pp, nullptr), 0);
+    EXPECT_EQ(kc::HcPre(pre, nullptr), 0);
+    EXPECT_EQ(kc::HcPost(pp2, nullptr), 0);
+    EXPECT_EQ(kc::HcHead(h, nullptr), 0);
+    EXPECT_EQ(cudaDeviceSynchronize(), 0);
+    std::vector<std::vector<float>> o;
+    o.push_back(Download(d_out, n * width, DType::kF32));
+    o.push_back(Download(d_post, n * kHc, DType::kF32));
+    o.push_back(Download(d_comb, n * kHc * kHc, DType::kF32));
+    o.push_back(Download(d_collapsed, n * dim, DType::kF32));
+    o.push_back(Download(d_normed, n * dim, DType::kBF16));
+    o.push_back(Download(d_out2, n * width, DType::kF32));
+    o.push_back(Download(d_head, rows * dim, DType::kF32));
+    return o;
+  };
+  const auto separate = run(false);
+  const auto fused = run(true);
+  const char* names[] = {"streams", "post", "comb", "collapsed", "normed", "streams 2", "head"};
+  for (size_t i = 0; i < fused.size(); ++i) {
+    for (float x : fused[i]) ASSERT_TRUE(std::isfinite(x)) << names[i] << ", " << n << " x " << dim;
+    EXPECT_TRUE(SameBits(fused[i], separate[i])) << names[i] << ", " << n << " x " << dim;
+  }
+  // The new streams are HcPost's (a few ulp from the CPU's: fused multiply-adds).
+  std::vector<float> want(n * width);
+  kcpu::HcPostParams ref;
+  ref.streams = streams.data();
+  ref.y = y.data();
+  ref.post = post.data();
+  ref.comb = comb.data();
+  ref.num_tokens = n;
+  ref.hc = kHc;
+  ref.dim = dim;
+  ref.out = want.data();
+  kcpu::HcPost(ref);
+  EXPECT_LT(RelError(fused[0], want), 1e-6);
+}
+
+// V4-Flash's dim, hc * dim a multiple of the 128-value slices with a stream per 8 slices (64), or
+// not, with slices across two streams (100: 25 float4 a stream, 32 a slice) and a short last one;
+// 65 tokens: the options ignored.
+INSTANTIATE_TEST_SUITE_P(
+    V4MixWorkspace, V4MixHcFusedTest,
+    ::testing::Combine(::testing::Values(int64_t{1}, int64_t{3}, int64_t{16}, int64_t{64}),
+                       ::testing::Values(int64_t{4096}, int64_t{64}, int64_t{100})));
+INSTANTIATE_TEST_SUITE_P(AboveWorkspace, V4MixHcFusedTest,
+                         ::testing::Values(std::make_tuple(int64_t{65}, int64_t{96})));
+
+// partials_ready takes the partials from the workspace (a NaN workspace gives NaN mixes) where
+// the workspace path applies, and is ignored above it.
+TEST(V4MixHcPartialsReady, ReadsWorkspace) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t n : {int64_t{3}, int64_t{65}}) {
+    const int64_t dim = 64, mix = (2 + kHc) * kHc;
+    std::mt19937 rng(5);
+    auto d_streams = Upload(RandomStreams(n, dim, rng), DType::kF32);
+    const auto w = RandomHcWeights(mix, dim, rng);
+    auto d_fn = Upload(w.fn, DType::kF32), d_base = Upload(w.base, DType::kF32);
+    auto d_scale = Upload(w.scale, DType::kF32);
+    auto d_post = Poisoned(n * kHc, DType::kF32), d_comb = Poisoned(n * kHc * kHc, DType::kF32);
+    auto d_ws = PoisonedWorkspace(n, dim);
+    kc::HcPreParams p;
+    p.streams = Ptr<float>(d_streams);
+    p.fn = Ptr<float>(d_fn);
+    p.base = Ptr<float>(d_base);
+    p.scale = Ptr<float>(d_scale);
+    p.num_tokens = n;
+    p.hc = kHc;
+    p.dim = dim;
+    p.iters = 20;
+    p.hc_eps = kHcEps;
+    p.post = Ptr<float>(d_post);
+    p.comb = Ptr<float>(d_comb);
+    p.workspace = Ptr<float>(d_ws);
+    p.partials_ready = true;
+    ASSERT_CUDA_OK(kc::HcPre(p, nullptr));
+    const auto got = Download(d_post, n * kHc, DType::kF32);
+    for (float x : got) EXPECT_EQ(std::isfinite(x), n > kc::kHcWorkspaceMaxTokens) << n;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
 struct RouteCase {
   int64_t tokens, experts, top_k;
   kc::RouterScoring scoring;
@@ -1279,6 +1451,131 @@ TEST(V4MixPerf, DecodeGraphTimes) {
         "(q+kv %7.2f us, q heads+indexer %7.2f us), %6.0f GB/s\n",
         static_cast<long long>(tokens), single_us, b1_us + b2_us, b1_us, b2_us,
         bytes / ((b1_us + b2_us) * 1e3));
+  }
+  ASSERT_CUDA_OK(cudaEventDestroy(start));
+  ASSERT_CUDA_OK(cudaEventDestroy(stop));
+  ASSERT_CUDA_OK(cudaStreamDestroy(stream));
+}
+
+// HcPost -> HcPre (bf16 sublayer input) and HcPost -> HcHead at V4-Flash's width as decode steps
+// run them: pairs captured in a CUDA graph with programmatic dependent launches, fn cycling
+// through 48 copies (from HBM); separate (HcPost, then the op's partial and finishing kernels)
+// against fused (HcPost writing the partials, then the finishing kernel). µs per pair.
+TEST(V4MixPerf, HcPostFusedGraphTimes) {
+  SKIP_WITHOUT_GPU();
+  const int64_t dim = 4096, width = kHc * dim, mix = (2 + kHc) * kHc;
+  const int copies = 48, reps = 48;
+  auto alloc = [](size_t bytes) {
+    auto b = cuda::DeviceBuffer::Allocate(bytes);
+    EXPECT_TRUE(b.ok());
+    return std::move(*b);
+  };
+  auto streams = alloc(64 * width * 4), out = alloc(64 * width * 4), y = alloc(64 * dim * 4);
+  auto normed = alloc(64 * dim * 2);
+  auto fn = alloc(static_cast<size_t>(copies) * mix * width * 4);
+  auto post = alloc(64 * kHc * 4), comb = alloc(64 * kHc * kHc * 4);
+  auto post2 = alloc(64 * kHc * 4), comb2 = alloc(64 * kHc * kHc * 4);
+  auto ws = alloc(kc::HcWorkspaceFloats(64, kHc, dim) * 4);
+  ASSERT_CUDA_OK(kc::FillRandom(streams.data(), DType::kF32, 64 * width, 1, 1.0f, nullptr));
+  ASSERT_CUDA_OK(kc::FillRandom(y.data(), DType::kF32, 64 * dim, 2, 1.0f, nullptr));
+  ASSERT_CUDA_OK(kc::FillRandom(fn.data(), DType::kF32, copies * mix * width, 3, 0.01f, nullptr));
+  ASSERT_CUDA_OK(kc::FillRandom(post.data(), DType::kF32, 64 * kHc, 6, 1.0f, nullptr));
+  ASSERT_CUDA_OK(kc::FillRandom(comb.data(), DType::kF32, 64 * kHc * kHc, 7, 0.5f, nullptr));
+  std::mt19937 rng(1);
+  auto base = Upload(Random(mix, rng, 0.5f), DType::kF32);
+  auto scale = Upload({0.8f, 1.3f, 1.7f}, DType::kF32);
+  auto weight = Upload(std::vector<float>(dim, 1.0f), DType::kF32);
+  cudaStream_t stream;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  ASSERT_CUDA_OK(cudaEventCreate(&start));
+  ASSERT_CUDA_OK(cudaEventCreate(&stop));
+  auto time_graph = [&](const std::function<int(int)>& body) -> double {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), 0);
+    int err = 0;
+    for (int i = 0; i < reps && err == 0; ++i) err = body(i);
+    EXPECT_EQ(cudaStreamEndCapture(stream, &graph), 0);
+    EXPECT_EQ(err, 0);
+    if (err != 0) return -1.0;
+    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), 0);
+    for (int w = 0; w < 3; ++w) EXPECT_EQ(cudaGraphLaunch(exec, stream), 0);
+    const int launches = 20;
+    EXPECT_EQ(cudaEventRecord(start, stream), 0);
+    for (int w = 0; w < launches; ++w) EXPECT_EQ(cudaGraphLaunch(exec, stream), 0);
+    EXPECT_EQ(cudaEventRecord(stop, stream), 0);
+    EXPECT_EQ(cudaEventSynchronize(stop), 0);
+    float ms = 0;
+    EXPECT_EQ(cudaEventElapsedTime(&ms, start, stop), 0);
+    EXPECT_EQ(cudaGraphExecDestroy(exec), 0);
+    EXPECT_EQ(cudaGraphDestroy(graph), 0);
+    return 1000.0 * ms / (launches * reps);
+  };
+  auto fn_copy = [&](int i) {
+    return Ptr<float>(fn) + static_cast<int64_t>(i % copies) * mix * width;
+  };
+  for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+    kc::HcPostParams pp;
+    pp.streams = Ptr<float>(streams);
+    pp.y = Ptr<float>(y);
+    pp.post = Ptr<float>(post);
+    pp.comb = Ptr<float>(comb);
+    pp.num_tokens = tokens;
+    pp.hc = kHc;
+    pp.dim = dim;
+    pp.out = Ptr<float>(out);
+    kc::HcPreParams pre;
+    pre.streams = Ptr<float>(out);
+    pre.base = Ptr<float>(base);
+    pre.scale = Ptr<float>(scale);
+    pre.num_tokens = tokens;
+    pre.hc = kHc;
+    pre.dim = dim;
+    pre.iters = 20;
+    pre.hc_eps = kHcEps;
+    pre.post = Ptr<float>(post2);
+    pre.comb = Ptr<float>(comb2);
+    pre.norm_weight = Ptr<float>(weight);
+    pre.normed = normed.data();
+    pre.normed_dtype = DType::kBF16;
+    pre.workspace = Ptr<float>(ws);
+    kc::HcHeadParams head;
+    head.streams = Ptr<float>(out);
+    head.base = Ptr<float>(base);
+    head.scale = Ptr<float>(scale);
+    head.rows = tokens;
+    head.hc = kHc;
+    head.dim = dim;
+    head.hc_eps = kHcEps;
+    head.norm_weight = Ptr<float>(weight);
+    head.normed = normed.data();
+    head.normed_dtype = DType::kBF16;
+    head.workspace = Ptr<float>(ws);
+    double us[4];
+    for (int which = 0; which < 4; ++which) {
+      const bool fused = which % 2 == 1, to_head = which >= 2;
+      us[which] = time_graph([&](int i) {
+        kc::HcPostParams p = pp;
+        p.next_fn = fused ? fn_copy(i) : nullptr;
+        p.next_workspace = fused ? Ptr<float>(ws) : nullptr;
+        p.next_head = to_head;
+        const int e = kc::HcPost(p, stream);
+        if (e != 0) return e;
+        if (to_head) {
+          head.fn = fn_copy(i);
+          head.partials_ready = fused;
+          return kc::HcHead(head, stream);
+        }
+        pre.fn = fn_copy(i);
+        pre.partials_ready = fused;
+        return kc::HcPre(pre, stream);
+      });
+    }
+    std::printf(
+        "[V4MixPerf] graph, hc 4 dim 4096, %2lld tokens: HcPost->HcPre separate %6.2f us, fused "
+        "%6.2f us; HcPost->HcHead separate %6.2f us, fused %6.2f us\n",
+        static_cast<long long>(tokens), us[0], us[1], us[2], us[3]);
   }
   ASSERT_CUDA_OK(cudaEventDestroy(start));
   ASSERT_CUDA_OK(cudaEventDestroy(stop));

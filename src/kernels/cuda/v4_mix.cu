@@ -365,7 +365,6 @@ constexpr int kPartThreads = 256;
 constexpr int kFinThreads = 512;
 constexpr int kFinU = 2;  // float4 columns of a thread whose loads are in flight together
 constexpr int kFinWarps = kFinThreads / 32;
-constexpr int64_t kWsMaxDim = 32768;
 
 int64_t HcSlices(int64_t hc, int64_t dim) { return (hc * dim / 4 + kSliceVec - 1) / kSliceVec; }
 
@@ -377,10 +376,52 @@ struct PartArgs {
   float* ws;
 };
 
+// A partial CTA's slice of fn: kM rows of nc float4 columns from column c0 (a weight: read before
+// the wait for the kernel before).
+template <int kM>
+__device__ __forceinline__ void LoadFnSlice(float4 (*fsl)[kSliceVec + 1], const float* fn,
+                                            int64_t width, int64_t c0, int nc) {
+  for (int j = threadIdx.x; j < kM * kSliceVec; j += kPartThreads) {
+    const int m = j / kSliceVec, c = j % kSliceVec;
+    if (c < nc) fsl[m][c] = __ldg(reinterpret_cast<const float4*>(fn + m * width) + c0 + c);
+  }
+}
+
+// The slice's partials from the staged fn and stream slices: for token t0 + g and partial q (the
+// kM mixes, then the sum of squares), kPartSplit adjacent lanes share the pair: lane `part` takes
+// columns part, part + kPartSplit, ... in order, then the kPartSplit sums meet in a fixed
+// butterfly; the result goes to ws[(t * kP + q) * slices + s]. The order does not depend on kTok,
+// so any grouping of the tokens gives the same bits.
+constexpr int kPartSplit = 8;
+template <int kM, int kTok>
+__device__ __forceinline__ void SlicePartials(const float4 (*fsl)[kSliceVec + 1],
+                                              const float4 (*xsl)[kSliceVec + 1], int nc,
+                                              int64_t t0, int64_t tokens, int64_t s, int64_t slices,
+                                              float* ws) {
+  constexpr int kP = kM + 1;
+  constexpr int kPairs = kTok * kP;
+  static_assert(32 % kPartSplit == 0 && kPartThreads % 32 == 0, "a pair's lanes share a warp");
+  const int part = threadIdx.x % kPartSplit;
+  for (int first = 0; first < kPairs * kPartSplit; first += kPartThreads) {  // uniform bounds
+    const int j = (first + threadIdx.x) / kPartSplit, g = j / kP, q = j % kP;
+    const int64_t t = t0 + g;
+    const bool active = j < kPairs && t < tokens;
+    float acc = 0.0f;
+    if (active) {
+      const float4* w = q < kM ? fsl[q] : xsl[g];
+      const float4* x = xsl[g];
+#pragma unroll 4
+      for (int c = part; c < nc; c += kPartSplit) acc = Dot4(w[c], x[c], acc);
+    }
+#pragma unroll
+    for (int o = 1; o < kPartSplit; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (active && part == 0) ws[(t * kP + q) * slices + s] = acc;
+  }
+}
+
 template <int kHc, bool kHead, int kTok>
 __global__ void __launch_bounds__(kPartThreads) HcPartialKernel(PartArgs a) {
   constexpr int kM = kHead ? kHc : (2 + kHc) * kHc;
-  constexpr int kP = kM + 1;
   __shared__ float4 fsl[kM][kSliceVec + 1];  // padded rows: lanes on different rows, other banks
   __shared__ float4 xsl[kTok][kSliceVec + 1];
   const int64_t width = kHc * a.dim, nvec = width / 4;
@@ -388,11 +429,7 @@ __global__ void __launch_bounds__(kPartThreads) HcPartialKernel(PartArgs a) {
   const int nc = static_cast<int>(nvec - c0 < kSliceVec ? nvec - c0 : kSliceVec);
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTok;
 
-  // fn does not depend on the kernel before: read this CTA's slice meanwhile.
-  for (int j = threadIdx.x; j < kM * kSliceVec; j += kPartThreads) {
-    const int m = j / kSliceVec, c = j % kSliceVec;
-    if (c < nc) fsl[m][c] = __ldg(reinterpret_cast<const float4*>(a.fn + m * width) + c0 + c);
-  }
+  LoadFnSlice<kM>(fsl, a.fn, width, c0, nc);
   WaitForPrerequisites();
   AllowDependents();
   for (int j = threadIdx.x; j < kTok * kSliceVec; j += kPartThreads) {
@@ -404,29 +441,67 @@ __global__ void __launch_bounds__(kPartThreads) HcPartialKernel(PartArgs a) {
     }
   }
   __syncthreads();
-  // kSplit adjacent lanes share a (token, partial) pair: lane `part` takes columns part,
-  // part + kSplit, ..., then the kSplit sums meet in a fixed butterfly.
-  constexpr int kPairs = kTok * kP;
-  constexpr int kSplit = kPartThreads / kPairs >= 8   ? 8
-                         : kPartThreads / kPairs >= 4 ? 4
-                         : kPartThreads / kPairs >= 2 ? 2
-                                                      : 1;
-  const int part = threadIdx.x % kSplit;
-  for (int first = 0; first < kPairs * kSplit; first += kPartThreads) {  // uniform bounds
-    const int j = (first + threadIdx.x) / kSplit, g = j / kP, q = j % kP;
-    const int64_t t = t0 + g;
-    const bool active = j < kPairs && t < a.tokens;
-    float acc = 0.0f;
-    if (active) {
-      const float4* w = q < kM ? fsl[q] : xsl[g];
-      const float4* x = xsl[g];
-#pragma unroll 4
-      for (int c = part; c < nc; c += kSplit) acc = Dot4(w[c], x[c], acc);
-    }
+  SlicePartials<kM, kTok>(fsl, xsl, nc, t0, a.tokens, s, a.slices, a.ws);
+}
+
+// One output float4 of HcPost: stream k at the float4 whose stream values are xs:
+// post_k * y + Σ_j comb[j][k] * xs_j (HcPost's kernels share it, so both give the same bits).
+template <int kHc>
+__device__ __forceinline__ float4 PostOut(const float4 (&xs)[kHc], float4 y, const float* comb,
+                                          float pk, int k) {
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int o = 1; o < kSplit; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (active && part == 0) a.ws[(t * kP + q) * a.slices + s] = acc;
+  for (int j = 0; j < kHc; ++j) {
+    const float w = comb[j * kHc + k];
+    acc.x = fmaf(w, xs[j].x, acc.x);
+    acc.y = fmaf(w, xs[j].y, acc.y);
+    acc.z = fmaf(w, xs[j].z, acc.z);
+    acc.w = fmaf(w, xs[j].w, acc.w);
   }
+  return make_float4(fmaf(pk, y.x, acc.x), fmaf(pk, y.y, acc.y), fmaf(pk, y.z, acc.z),
+                     fmaf(pk, y.w, acc.w));
+}
+
+// HcPost with the next op's partials: CTA (s, group) is HcPartialKernel's CTA (s, group), but
+// computes the slice of the new streams (all of `out` is covered: every float4 of a token's
+// hc * dim values lies in one slice) instead of loading it, writes it to out and keeps it staged.
+struct PostPartArgs {
+  HcPostParams p;
+  int64_t slices;
+};
+
+template <int kHc, bool kHead, int kTok>
+__global__ void __launch_bounds__(kPartThreads) HcPostPartialKernel(PostPartArgs a) {
+  constexpr int kM = kHead ? kHc : (2 + kHc) * kHc;
+  __shared__ float4 fsl[kM][kSliceVec + 1];
+  __shared__ float4 xsl[kTok][kSliceVec + 1];
+  const HcPostParams& p = a.p;
+  const int64_t dim = p.dim, dvec = dim / 4, width = kHc * dim, nvec = width / 4;
+  const int64_t s = blockIdx.x, c0 = s * kSliceVec;
+  const int nc = static_cast<int>(nvec - c0 < kSliceVec ? nvec - c0 : kSliceVec);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTok;
+
+  LoadFnSlice<kM>(fsl, p.next_fn, width, c0, nc);
+  WaitForPrerequisites();
+  AllowDependents();
+  for (int j = threadIdx.x; j < kTok * kSliceVec; j += kPartThreads) {
+    const int g = j / kSliceVec, c = j % kSliceVec;
+    const int64_t t = t0 + g;
+    if (c < nc && t < p.num_tokens) {
+      const int64_t v = c0 + c, k = v / dvec, col = 4 * (v - k * dvec);
+      const float* x = p.streams + t * width + col;
+      float4 xs[kHc];
+#pragma unroll
+      for (int i = 0; i < kHc; ++i) xs[i] = Load4(x + i * dim);
+      const float4 y = Load4(p.y + t * dim + col);
+      const float4 o =
+          PostOut<kHc>(xs, y, p.comb + t * kHc * kHc, p.post[t * kHc + k], static_cast<int>(k));
+      Store4(p.out + t * width + 4 * v, o);
+      xsl[g][c] = o;
+    }
+  }
+  __syncthreads();
+  SlicePartials<kM, kTok>(fsl, xsl, nc, t0, p.num_tokens, s, a.slices, p.next_workspace);
 }
 
 // Partial row `row` ([slices] floats) summed by a warp: lane-strided, then a butterfly.
@@ -439,7 +514,7 @@ __device__ __forceinline__ float SumPartials(const float* row, int64_t slices, i
 
 template <int kHc, bool kHead, typename OutT>
 __global__ void __launch_bounds__(kFinThreads)
-    HcFinishKernel(MixArgs a, const float* ws, int64_t slices) {
+    HcFinishKernel(MixArgs a, const float* ws, int64_t slices, bool ws_by_stream_row) {
   constexpr int kM = kHead ? kHc : (2 + kHc) * kHc;
   constexpr int kP = kM + 1;
   constexpr int kCells = kHc * kHc;
@@ -452,7 +527,7 @@ __global__ void __launch_bounds__(kFinThreads)
   const int64_t t = blockIdx.x;
   const int64_t dim = a.dim, width = kHc * dim, nvec = dim / 4;
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, wlane = tid % 32;
-  const float* part = ws + t * kP * slices;
+  const float* part = ws + t * kP * slices;  // HcPre: stream row t
   const float inv_width = 1.0f / static_cast<float>(width);
 
   if constexpr (!kHead) {
@@ -527,6 +602,7 @@ __global__ void __launch_bounds__(kFinThreads)
 
   const int64_t row = a.rows_index != nullptr ? static_cast<int64_t>(a.rows_index[t]) : t;
   const float* x = a.streams + row * width;
+  if (ws_by_stream_row) part = ws + row * kP * slices;  // partials written by HcPost
   float4 xs[kFinU][kHc];
   auto load_chunk = [&](int64_t first) {
 #pragma unroll
@@ -605,14 +681,32 @@ size_t FinishSmem(int64_t num_partials, int64_t hc, int64_t dim) {
   return partials > row ? partials : row;
 }
 
+// The finishing kernel's shared memory fits at every dim of the workspace path (hc 4).
+static_assert(kHcWorkspaceMaxDim * sizeof(float) <= kMaxStashBytes && (2 + 4) * 4 + 1 == 25 &&
+                  25 * (4 * kHcWorkspaceMaxDim / 4 / kSliceVec) * sizeof(float) <= kMaxStashBytes,
+              "HcFinishKernel's shared memory at kHcWorkspaceMaxDim");
+
+// The token grouping of the partial kernels (HcPartialKernel, HcPostPartialKernel) by the token
+// count: 1, 4 or 16 tokens per CTA (the bits do not depend on it).
+template <typename F>
+cudaError_t DispatchPartTokens(int64_t tokens, F&& f) {
+  if (tokens == 1) return f(std::integral_constant<int, 1>{});
+  if (tokens <= 4) return f(std::integral_constant<int, 4>{});
+  return f(std::integral_constant<int, 16>{});
+}
+
+// partials_ready: the workspace holds the partials by stream row (HcPost wrote them).
 template <bool kHead, typename OutT>
-cudaError_t LaunchMixWorkspace(const MixArgs& a, float* ws, cudaStream_t stream) {
+cudaError_t LaunchMixWorkspace(const MixArgs& a, float* ws, bool partials_ready,
+                               cudaStream_t stream) {
   constexpr int kM = kHead ? 4 : (2 + 4) * 4;
   const int64_t slices = HcSlices(4, a.dim);
   const PartArgs pa{a.streams, a.rows_index, a.fn, a.tokens, a.dim, slices, ws};
-  cudaError_t e;
+  cudaError_t e = cudaSuccess;
   const auto sx = static_cast<unsigned>(slices);
-  if (a.tokens == 1) {
+  if (partials_ready) {
+    // nothing to compute
+  } else if (a.tokens == 1) {
     e = LaunchDependent(HcPartialKernel<4, kHead, 1>, dim3(sx, 1), kPartThreads, 0, stream, pa);
   } else if (a.tokens <= 4) {
     e = LaunchDependent(HcPartialKernel<4, kHead, 4>, dim3(sx, 1), kPartThreads, 0, stream, pa);
@@ -630,20 +724,19 @@ cudaError_t LaunchMixWorkspace(const MixArgs& a, float* ws, cudaStream_t stream)
   const float* cws = ws;
   const dim3 grid(static_cast<unsigned>(a.tokens), kHead ? 1 : 2);
   return LaunchDependent(kernel, grid, kFinThreads, FinishSmem(kM + 1, 4, a.dim), stream, a, cws,
-                         slices);
+                         slices, partials_ready);
 }
 
 // Tokens per cluster by the token count: 1 (decode: up to 16 clusters read fn), 4, or 32
 // (prefill: fn is reused across 32 tokens per CTA) when the collapsed slices fit in shared memory.
 // With a workspace, up to kHcWorkspaceMaxTokens tokens take the two-kernel decode path.
 template <bool kHead>
-cudaError_t LaunchMix(const MixArgs& a, DType normed_dtype, float* ws, cudaStream_t stream) {
-  constexpr int64_t kP = (kHead ? 4 : (2 + 4) * 4) + 1;
-  const bool use_ws = ws != nullptr && a.tokens <= kHcWorkspaceMaxTokens && a.dim <= kWsMaxDim &&
-                      FinishSmem(kP, 4, a.dim) <= kMaxStashBytes;
+cudaError_t LaunchMix(const MixArgs& a, DType normed_dtype, float* ws, bool partials_ready,
+                      cudaStream_t stream) {
+  const bool use_ws = ws != nullptr && HcWorkspacePath(a.tokens, a.dim);
   return DispatchFloat(a.normed != nullptr ? normed_dtype : DType::kF32, [&](auto o) {
     using OutT = decltype(o);
-    if (use_ws) return LaunchMixWorkspace<kHead, OutT>(a, ws, stream);
+    if (use_ws) return LaunchMixWorkspace<kHead, OutT>(a, ws, partials_ready, stream);
     const int64_t ns_max = (a.dim / 4 + kCluster - 1) / kCluster;
     if (a.tokens <= 16) return LaunchMixConfig<4, kHead, 1, 1, OutT>(a, stream);
     if (a.tokens <= 512 || static_cast<size_t>(32 * ns_max) * sizeof(float4) > kMaxStashBytes) {
@@ -680,18 +773,7 @@ __global__ void __launch_bounds__(256) HcPostKernel(HcPostParams p) {
     const float* post = p.post + t * kHc;
 #pragma unroll
     for (int k = 0; k < kHc; ++k) {
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int j = 0; j < kHc; ++j) {
-        const float w = comb[j * kHc + k];
-        acc.x = fmaf(w, xs[j].x, acc.x);
-        acc.y = fmaf(w, xs[j].y, acc.y);
-        acc.z = fmaf(w, xs[j].z, acc.z);
-        acc.w = fmaf(w, xs[j].w, acc.w);
-      }
-      const float pk = post[k];
-      Store4(p.out + (t * kHc + k) * dim + col,
-             make_float4(pk * y.x + acc.x, pk * y.y + acc.y, pk * y.z + acc.z, pk * y.w + acc.w));
+      Store4(p.out + (t * kHc + k) * dim + col, PostOut<kHc>(xs, y, comb, post[k], k));
     }
   }
 }
@@ -1027,7 +1109,8 @@ int HcPre(const HcPreParams& p, void* stream) {
   const MixArgs a{p.streams,    nullptr, p.fn,        p.base,        p.scale,
                   p.num_tokens, p.dim,   p.iters,     p.hc_eps,      p.norm_eps,
                   p.post,       p.comb,  p.collapsed, p.norm_weight, p.normed};
-  return LaunchMix<false>(a, p.normed_dtype, p.workspace, static_cast<cudaStream_t>(stream));
+  return LaunchMix<false>(a, p.normed_dtype, p.workspace, p.partials_ready,
+                          static_cast<cudaStream_t>(stream));
 }
 
 int64_t HcWorkspaceFloats(int64_t num_tokens, int64_t hc, int64_t dim) {
@@ -1040,8 +1123,23 @@ int HcPost(const HcPostParams& p, void* stream) {
   if (p.num_tokens == 0) return 0;
   if (p.hc != 4 || p.dim <= 0 || p.dim % 4 != 0 || p.num_tokens < 0 || p.streams == nullptr ||
       p.y == nullptr || p.post == nullptr || p.comb == nullptr || p.out == nullptr ||
-      !Aligned16(p.streams) || !Aligned16(p.y) || !Aligned16(p.out)) {
+      !Aligned16(p.streams) || !Aligned16(p.y) || !Aligned16(p.out) ||
+      (p.next_fn != nullptr && !Aligned16(p.next_fn))) {
     return cudaErrorInvalidValue;
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (p.next_fn != nullptr && p.next_workspace != nullptr && HcWorkspacePath(p.num_tokens, p.dim)) {
+    const int64_t slices = HcSlices(4, p.dim);
+    const dim3 grid(static_cast<unsigned>(slices),
+                    static_cast<unsigned>(p.num_tokens <= 4 ? 1 : (p.num_tokens + 15) / 16));
+    const PostPartArgs a{p, slices};
+    return DispatchPartTokens(p.num_tokens, [&](auto tok) {
+      constexpr int kTok = decltype(tok)::value;
+      return p.next_head
+                 ? LaunchDependent(HcPostPartialKernel<4, true, kTok>, grid, kPartThreads, 0, s, a)
+                 : LaunchDependent(HcPostPartialKernel<4, false, kTok>, grid, kPartThreads, 0, s,
+                                   a);
+    });
   }
   const int threads = 256;
   return LaunchDependent(HcPostKernel<4>, GridFor(p.num_tokens * p.dim / 4, threads), threads, 0,
@@ -1058,7 +1156,8 @@ int HcHead(const HcHeadParams& p, void* stream) {
   }
   const MixArgs a{p.streams, p.rows_index, p.fn,    p.base,  p.scale, p.rows,        p.dim,   0,
                   p.hc_eps,  p.norm_eps,   nullptr, nullptr, nullptr, p.norm_weight, p.normed};
-  return LaunchMix<true>(a, p.normed_dtype, p.workspace, static_cast<cudaStream_t>(stream));
+  return LaunchMix<true>(a, p.normed_dtype, p.workspace, p.partials_ready,
+                         static_cast<cudaStream_t>(stream));
 }
 
 int Route(const RouteParams& p, void* stream) {

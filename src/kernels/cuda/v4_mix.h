@@ -26,7 +26,10 @@
 // second has no cluster: per token, one CTA sums the partials of pre (fixed order), collapses the
 // whole row and RMSNorms it (a block reduction), and (HcPre) another CTA sums the partials of
 // post and comb and runs Sinkhorn. The same inputs give the same bits on every run; both launches
-// are graph-capturable. Both kernels read weights (fn, base, scale, norm_weight) before waiting
+// are graph-capturable. The first kernel's work can instead be done by the HcPost before (given
+// the next op's fn and workspace: each of its CTAs writes a slice of the new streams and that
+// slice's partials, the same bits), and the op then launches only the second kernel
+// (partials_ready). Both kernels read weights (fn, base, scale, norm_weight) before waiting
 // for the kernel before them in the stream (programmatic dependent launch): weights must not be
 // written by the kernels just before (they never are).
 #pragma once
@@ -61,23 +64,47 @@ struct HcPreParams {
   void* normed = nullptr;              // [tokens, dim] of normed_dtype, optional
   DType normed_dtype = DType::kBF16;
   float* workspace = nullptr;  // optional, see above
+  // The workspace already holds this call's partial mixes and sums of squares, written by the
+  // HcPost just before with next_fn = fn and next_workspace = workspace (over the streams it
+  // wrote, which must be `streams`): only the finishing kernel runs, with the bits of the full
+  // path. Honoured only where the workspace path applies (HcWorkspacePath(num_tokens, dim)),
+  // which is exactly where that HcPost writes them; ignored elsewhere.
+  bool partials_ready = false;
 };
 int HcPre(const HcPreParams& p, void* stream);
 
 // Token counts up to which HcPre / HcHead use a workspace given to them, and the floats that
 // workspace needs for num_tokens tokens (counts above the limit need only the limit's size, as the
 // workspace is then unused): min(num_tokens, limit) * ((2 + hc) * hc + 1) * ceil(hc * dim / 128).
+// HcWorkspacePath: whether `num_tokens` tokens (rows) of width dim take the workspace path given
+// a workspace (and whether HcPost writes the next op's partials).
 constexpr int64_t kHcWorkspaceMaxTokens = 64;
+constexpr int64_t kHcWorkspaceMaxDim = 32768;
+constexpr bool HcWorkspacePath(int64_t num_tokens, int64_t dim) {
+  return num_tokens > 0 && num_tokens <= kHcWorkspaceMaxTokens && dim <= kHcWorkspaceMaxDim;
+}
 int64_t HcWorkspaceFloats(int64_t num_tokens, int64_t hc, int64_t dim);
 
 // After the sublayer: out[t, k] = post[t, k] * y[t] + Σ_j comb[t, j, k] * streams[t, j]; out must
 // not alias streams.
+//
+// Optionally, with next_fn and next_workspace (the next HcPre's fn and workspace, or with
+// next_head HcHead's), where HcWorkspacePath(num_tokens, dim): one kernel, each CTA a 128-value
+// slice of the hc * dim values of a group of tokens (the slicing of the op's partial kernel),
+// writes its slice of `out` and that slice's partial mixes (out · next_fnᵀ) and sums of squares
+// to next_workspace, laid out and summed exactly as the op's partial kernel does (by token of
+// `out`), so that the op, called with partials_ready, gives the bits of HcPost then the op. next_fn
+// is read before waiting for the kernel before (a weight). Elsewhere (more tokens, no next_fn)
+// they are ignored and HcPost writes `out` only. next_workspace must not alias any other buffer.
 struct HcPostParams {
   const float* streams = nullptr;  // [tokens, hc * dim]
   const float* y = nullptr;        // [tokens, dim]
   const float *post = nullptr, *comb = nullptr;
   int64_t num_tokens = 0, hc = 0, dim = 0;
-  float* out = nullptr;  // [tokens, hc * dim]
+  float* out = nullptr;             // [tokens, hc * dim]
+  const float* next_fn = nullptr;   // [(2 + hc) * hc, hc * dim]; next_head: [hc, hc * dim]
+  bool next_head = false;           // next_fn is HcHead's
+  float* next_workspace = nullptr;  // HcWorkspaceFloats(num_tokens, hc, dim) floats
 };
 int HcPost(const HcPostParams& p, void* stream);
 
@@ -96,6 +123,11 @@ struct HcHeadParams {
   void* normed = nullptr;  // [rows, dim]
   DType normed_dtype = DType::kBF16;
   float* workspace = nullptr;  // optional
+  // The workspace holds the partials of every streams row that rows_index names (by streams
+  // row), written by the HcPost just before with next_head, next_fn = fn and next_workspace =
+  // workspace: only the finishing kernel runs. The caller sets it only when that HcPost took its
+  // partials path (HcWorkspacePath of its num_tokens); honoured where HcWorkspacePath(rows, dim).
+  bool partials_ready = false;
 };
 int HcHead(const HcHeadParams& p, void* stream);
 

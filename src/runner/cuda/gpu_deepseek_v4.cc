@@ -531,6 +531,9 @@ Status GpuDeepseekV4::Head(const HcWeights& hc_head, const DeviceTensor& norm, c
   head.normed = head_rows_;
   head.normed_dtype = DType::kBF16;
   head.workspace = hc_ws_;
+  // The last layer's HcPost (Forward's last layer, or the MTP block) wrote the partials of fn.
+  head.partials_ready =
+      kc::HcWorkspacePath(step.num_tokens, h) && (&hc_head != &hc_head_ || !layers_.empty());
   DINFER_RETURN_IF_ERROR(Check(kc::HcHead(head, stream), "hyper-connection head"));
   return Gemm(head_rows_, h, lm_head_.data(), c.vocab_size, h, logits, c.vocab_size,
               step.num_logits, DType::kF32, stream);
@@ -567,6 +570,12 @@ Status GpuDeepseekV4::RunLayer(const Layer& l, int64_t layer, const GpuStep& ste
   pre.normed = normed_;
   pre.normed_dtype = DType::kBF16;
   pre.workspace = hc_ws_;
+  // At decode each HcPost also computes the partials of the next HcPre / HcHead (its first
+  // kernel); the HcPost before a main layer after the first is the last layer's (the MTP block's
+  // input is written by ForwardDraft's own HcPost, which does not).
+  const bool fused = kc::HcWorkspacePath(n, h);
+  const int64_t num_layers = static_cast<int64_t>(layers_.size());
+  pre.partials_ready = fused && layer > 0 && layer < num_layers;
   DINFER_RETURN_IF_ERROR(Check(kc::HcPre(pre, stream), "hyper-connection (attention)"));
   DINFER_RETURN_IF_ERROR(
       Gemm(normed_, h, l.x_proj.data(), l.x_cols, h, x_out_, l.x_cols, n, DType::kF32, stream));
@@ -765,6 +774,8 @@ Status GpuDeepseekV4::RunLayer(const Layer& l, int64_t layer, const GpuStep& ste
   post.hc = hc;
   post.dim = h;
   post.out = streams_b_;
+  post.next_fn = fused ? l.hc_ffn.fn.as<float>() : nullptr;
+  post.next_workspace = fused ? hc_ws_ : nullptr;
   DINFER_RETURN_IF_ERROR(Check(kc::HcPost(post, stream), "hyper-connection post (attention)"));
 
   // MoE sublayer.
@@ -773,10 +784,22 @@ Status GpuDeepseekV4::RunLayer(const Layer& l, int64_t layer, const GpuStep& ste
   pre.base = l.hc_ffn.base.as<float>();
   pre.scale = l.hc_ffn.scale.as<float>();
   pre.norm_weight = l.ffn_norm.as<float>();
+  pre.partials_ready = fused;
   DINFER_RETURN_IF_ERROR(Check(kc::HcPre(pre, stream), "hyper-connection (MoE)"));
   DINFER_RETURN_IF_ERROR(RunMoe(l, step, stream));
   post.streams = streams_b_;
   post.out = streams_a_;
+  // Next: the next layer's attention HcPre, or the head (Forward's after the last layer, the MTP
+  // head after the MTP block).
+  post.next_fn = nullptr;
+  post.next_head = layer + 1 >= num_layers;
+  if (fused && layer + 1 < num_layers) {
+    post.next_fn = layers_[static_cast<size_t>(layer + 1)].hc_attn.fn.as<float>();
+  } else if (fused && layer + 1 == num_layers) {
+    post.next_fn = hc_head_.fn.as<float>();
+  } else if (fused && mtp_) {
+    post.next_fn = mtp_->head.fn.as<float>();
+  }
   return Check(kc::HcPost(post, stream), "hyper-connection post (MoE)");
 }
 
