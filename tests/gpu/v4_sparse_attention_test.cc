@@ -410,8 +410,6 @@ INSTANTIATE_TEST_SUITE_P(
                                  Mode::kSelected, 4, 512, 128, 64, 16},
                       SparseCase{"v4 decode selected bf16 split16 mma", 64, 512, 64, B, B, B,
                                  Mode::kSelected, 4, 512, 128, 64, 16, 1},
-                      SparseCase{"v4 decode selected bf16 split16 variant2", 64, 512, 64, B, B, B,
-                                 Mode::kSelected, 4, 512, 128, 64, 16, 2},
                       SparseCase{"72x512 decode selected f32-q split16", 72, 512, 64, F, B, B,
                                  Mode::kSelected, 4, 200, 128, 64, 16},
                       SparseCase{"v4 decode window bf16 f32-out split16", 64, 512, 64, F, B, F,

@@ -625,11 +625,9 @@ __device__ __forceinline__ uint64_t WgDescK(uint32_t addr) {
   return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (uint64_t{1} << 16) |
          (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
-template <bool kSwap>
 __device__ __forceinline__ uint64_t WgDescMn(uint32_t addr, uint32_t lbo) {
-  const uint64_t lead = kSwap ? 1024 : lbo, stride = kSwap ? lbo : 1024;
-  return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | ((lead >> 4) << 16) |
-         ((stride >> 4) << 32) | (uint64_t{1} << 62);
+  return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
 // S (64 × 64, f32) += A · Bᵀ, A and B bf16 K-major in shared memory (scale-d off: S = A · Bᵀ).
@@ -686,8 +684,7 @@ __device__ __forceinline__ void WgFenceRegs(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// kSwapMn: V's descriptor with its two offsets exchanged (a test variant, params.kernel 2).
-template <bool kCluster, bool kSwapMn>
+template <bool kCluster>
 __global__ void __launch_bounds__(WgConfig::kThreads, 1)
     WgKernel(V4SparseAttentionParams p, Derived dv) {
   using C = WgConfig;
@@ -902,9 +899,8 @@ __global__ void __launch_bounds__(WgConfig::kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           // Keys 16 ks .. 16 ks + 15 (two 8-row groups), dims 256 wg + 128 h .. + 127.
-          WgmmaPv(
-              o[h], a[ks],
-              WgDescMn<kSwapMn>(tile_addr + (wg * 4 + h * 2) * C::kTBlock + ks * 2048, C::kTBlock));
+          WgmmaPv(o[h], a[ks],
+                  WgDescMn(tile_addr + (wg * 4 + h * 2) * C::kTBlock + ks * 2048, C::kTBlock));
         }
       }
       WgCommit();
@@ -1274,24 +1270,24 @@ bool ClusterFits(int splits) {
 
 // The wgmma kernel: its shared memory (and cluster sizes past 8) allowed once; launched as
 // LaunchTc does.
-template <bool kCluster, bool kSwap>
+template <bool kCluster>
 cudaError_t SetWgAttributes() {
   static const cudaError_t attr = [] {
     cudaError_t e = cudaFuncSetAttribute(
-        WgKernel<kCluster, kSwap>, cudaFuncAttributeMaxDynamicSharedMemorySize, WgConfig::kSmem);
+        WgKernel<kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize, WgConfig::kSmem);
     if (e == cudaSuccess && kCluster) {
-      e = cudaFuncSetAttribute(WgKernel<kCluster, kSwap>,
-                               cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      e = cudaFuncSetAttribute(WgKernel<kCluster>, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                               1);
     }
     return e;
   }();
   return attr;
 }
 
-template <bool kCluster, bool kSwap>
-cudaError_t LaunchWgAs(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
-                       cudaStream_t stream) {
-  const cudaError_t attr = SetWgAttributes<kCluster, kSwap>();
+template <bool kCluster>
+cudaError_t LaunchWg(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
+                     cudaStream_t stream) {
+  const cudaError_t attr = SetWgAttributes<kCluster>();
   if (attr != cudaSuccess) return attr;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
@@ -1307,14 +1303,7 @@ cudaError_t LaunchWgAs(const V4SparseAttentionParams& p, const Derived& dv, dim3
   attrs[1].val.clusterDim.z = 1;
   cfg.attrs = attrs;
   cfg.numAttrs = kCluster ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, WgKernel<kCluster, kSwap>, p, dv);
-}
-
-template <bool kCluster>
-cudaError_t LaunchWg(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
-                     cudaStream_t stream) {
-  return p.kernel == 2 ? LaunchWgAs<kCluster, true>(p, dv, grid, stream)
-                       : LaunchWgAs<kCluster, false>(p, dv, grid, stream);
+  return cudaLaunchKernelEx(&cfg, WgKernel<kCluster>, p, dv);
 }
 
 bool WgClusterFits(int splits) {
@@ -1335,8 +1324,8 @@ bool WgClusterFits(int splits) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     const bool ok =
-        SetWgAttributes<true, false>() == cudaSuccess &&
-        cudaOccupancyMaxActiveClusters(&clusters, WgKernel<true, false>, &cfg) == cudaSuccess &&
+        SetWgAttributes<true>() == cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&clusters, WgKernel<true>, &cfg) == cudaSuccess &&
         clusters > 0;
     if (!ok) (void)cudaGetLastError();  // a failed query is not the stream's error
     k = ok ? 1 : 2;
@@ -1433,7 +1422,7 @@ int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
                   (p.compressed == nullptr || Aligned16(p.compressed));
   // The wgmma kernel: the tensor-core case at head_dim 512 (V4), unless the caller asks for the
   // mma.sync kernel.
-  const bool wgk = tc && D == WgConfig::kD && (p.kernel == 0 || p.kernel == 2);
+  const bool wgk = tc && D == WgConfig::kD && p.kernel == 0;
   const int64_t elem = p.q_dtype == DType::kF32 ? 4 : 2;
   dv.q_vec = Aligned16(p.q) && (p.q_stride * elem) % 16 == 0;
 

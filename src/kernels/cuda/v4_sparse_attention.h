@@ -91,8 +91,7 @@ struct V4SparseAttentionParams {
   float* workspace = nullptr;
   int64_t max_splits = 0;
   // Kernel choice (tests and benchmarks): 0 the fastest that applies; 1 never the wgmma kernel
-  // (head_dim 512 then runs on the mma.sync tensor-core kernel); 2 a variant of the wgmma
-  // kernel's V descriptor (test only).
+  // (head_dim 512 then runs on the mma.sync tensor-core kernel).
   int kernel = 0;
 };
 
