@@ -1,5 +1,6 @@
 // DeepSeek-V4 sparse attention (v4_sparse_attention.h): the window-key write, the tensor-core
-// kernel for bf16 planes, the f32 kernel for the rest, and the merge of key splits.
+// kernels for bf16 planes (wgmma at head_dim 512, mma.sync otherwise), the f32 kernel for the
+// rest, and the merge of key splits.
 //
 // A token's key list is virtual: key k < nw is window position lo + k (lo = max(0, pos - window +
 // 1), nw = pos - lo + 1), key nw + c is candidate c of the compressed entries (selected[t, c], or
