@@ -34,6 +34,7 @@ struct SparseCase {
   Mode mode;
   int64_t rate, num_selected, window, block_size;
   int64_t max_splits;  // 0: no workspace
+  int kernel = 0;      // V4SparseAttentionParams::kernel (1: never the wgmma kernel)
 };
 
 std::ostream& operator<<(std::ostream& os, const SparseCase& c) { return os << c.name; }
@@ -257,6 +258,7 @@ class SparseSetup {
       p.workspace = static_cast<float*>(d_workspace_.data());
       p.max_splits = c_.max_splits;
     }
+    p.kernel = c_.kernel;
     return p;
   }
 
@@ -332,6 +334,12 @@ INSTANTIATE_TEST_SUITE_P(
         SparseCase{"v4 selected bf16 split", 64, 512, 64, B, B, B, Mode::kSelected, 4, 512, 128, 64,
                    16},
         SparseCase{"v4 selected bf16", 64, 512, 64, B, B, B, Mode::kSelected, 4, 512, 128, 64, 0},
+        // The mma.sync kernel at V4's shape (head_dim 512 otherwise takes the wgmma kernel).
+        SparseCase{"v4 selected bf16 split mma", 64, 512, 64, B, B, B, Mode::kSelected, 4, 512, 128,
+                   64, 16, 1},
+        // Two head groups of the wgmma kernel, the second of 8 heads; bf16 q.
+        SparseCase{"72x512 selected bf16 split", 72, 512, 64, B, B, B, Mode::kSelected, 4, 300, 100,
+                   64, 16},
         SparseCase{"v4 all rate128 f32-q f32-out", 64, 512, 64, F, B, F, Mode::kAll, 128, 0, 128,
                    64, 16},
         SparseCase{"v4 window f32", 64, 512, 64, F, F, F, Mode::kWindow, 0, 0, 128, 64, 16}),
@@ -400,6 +408,12 @@ INSTANTIATE_TEST_SUITE_P(
                                  Mode::kSelected, 4, 1000, 20, 16, 16},
                       SparseCase{"v4 decode selected bf16 split16", 64, 512, 64, B, B, B,
                                  Mode::kSelected, 4, 512, 128, 64, 16},
+                      SparseCase{"v4 decode selected bf16 split16 mma", 64, 512, 64, B, B, B,
+                                 Mode::kSelected, 4, 512, 128, 64, 16, 1},
+                      SparseCase{"72x512 decode selected f32-q split16", 72, 512, 64, F, B, B,
+                                 Mode::kSelected, 4, 200, 128, 64, 16},
+                      SparseCase{"v4 decode window bf16 f32-out split16", 64, 512, 64, F, B, F,
+                                 Mode::kWindow, 0, 0, 128, 64, 16},
                       SparseCase{"v4 decode all rate128 f32-q f32-out split", 64, 512, 64, F, B, F,
                                  Mode::kAll, 128, 0, 128, 64, 16}),
     [](const ::testing::TestParamInfo<SparseCase>& info) {
@@ -446,7 +460,7 @@ TEST(V4SparseAttentionTiming, V4Decode) {
     const int64_t rate = all ? 128 : 4, cbs = std::max(kBlock, rate), rpb = cbs / rate;
     const int32_t pos = all ? 65535 : 8191;  // the last token's position
     const int64_t max_blocks = pos / kBlock + 1, cmax = pos / cbs + 1;
-    for (const int64_t tokens : {int64_t{1}, int64_t{64}, kPrefill}) {
+    for (const int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}, kPrefill}) {
       const bool prefill = tokens == kPrefill;
       const int64_t seqs = prefill ? 1 : tokens;
       std::vector<int32_t> tables(seqs * max_blocks), ctables(seqs * cmax);
@@ -521,59 +535,67 @@ TEST(V4SparseAttentionTiming, V4Decode) {
       p.rotary_dim = kRot;
       std::vector<Config> configs = {{0, false}};  // prefill: the write is separate anyway
       if (!prefill) configs = {{0, true}, {8, true}, {kMaxSplits, true}, {kMaxSplits, false}};
-      for (const Config& cf : configs) {
-        p.workspace = cf.splits > 0 ? static_cast<float*>(d_ws.data()) : nullptr;
-        p.max_splits = cf.splits;
-        p.num_seqs = cf.fused ? seqs : 0;
-        auto stream = cuda::Stream::Create();
-        ASSERT_TRUE(stream.ok());
-        auto e0 = cuda::Event::Create(true), e1 = cuda::Event::Create(true);
-        ASSERT_TRUE(e0.ok() && e1.ok());
-        for (int i = 0; i < 3; ++i) ASSERT_CUDA_OK(kc::V4SparseAttention(p, stream->get()));
-        constexpr int kIters = 20;
-        ASSERT_TRUE(e0->Record(*stream).ok());
-        for (int i = 0; i < kIters; ++i) ASSERT_CUDA_OK(kc::V4SparseAttention(p, stream->get()));
-        ASSERT_TRUE(e1->Record(*stream).ok());
-        ASSERT_TRUE(e1->Synchronize().ok());
-        auto ms = cuda::Event::ElapsedMs(*e0, *e1);
-        ASSERT_TRUE(ms.ok());
-        const double us = *ms * 1000.0 / kIters;
-        const auto out = Download(d_out, tokens * kHeads * kDim, DType::kBF16);
-        for (const float v : out) ASSERT_TRUE(std::isfinite(v));
-        // A graph of kChain launches, replayed: the time of one launch without host cost, and
-        // the same output as the eager launches.
-        constexpr int kChain = 20, kReplays = 5;
-        auto d_out_graph = Poisoned(tokens * kHeads * kDim, DType::kBF16);
-        kc::V4SparseAttentionParams pg = p;
-        pg.out = d_out_graph.data();
-        ASSERT_TRUE(cuda::Graph::BeginCapture(*stream).ok());
-        int captured = 0;
-        for (int i = 0; i < kChain && captured == 0; ++i) {
-          captured = kc::V4SparseAttention(pg, stream->get());
+      // Each configuration on the mma.sync kernel (kernel 1), then on the wgmma kernel, whose
+      // output must match the mma.sync one's within bf16-class error.
+      std::vector<float> mma_out;
+      for (const int kernel : {1, 0})
+        for (const Config& cf : configs) {
+          p.kernel = kernel;
+          p.workspace = cf.splits > 0 ? static_cast<float*>(d_ws.data()) : nullptr;
+          p.max_splits = cf.splits;
+          p.num_seqs = cf.fused ? seqs : 0;
+          auto stream = cuda::Stream::Create();
+          ASSERT_TRUE(stream.ok());
+          auto e0 = cuda::Event::Create(true), e1 = cuda::Event::Create(true);
+          ASSERT_TRUE(e0.ok() && e1.ok());
+          for (int i = 0; i < 3; ++i) ASSERT_CUDA_OK(kc::V4SparseAttention(p, stream->get()));
+          constexpr int kIters = 20;
+          ASSERT_TRUE(e0->Record(*stream).ok());
+          for (int i = 0; i < kIters; ++i) ASSERT_CUDA_OK(kc::V4SparseAttention(p, stream->get()));
+          ASSERT_TRUE(e1->Record(*stream).ok());
+          ASSERT_TRUE(e1->Synchronize().ok());
+          auto ms = cuda::Event::ElapsedMs(*e0, *e1);
+          ASSERT_TRUE(ms.ok());
+          const double us = *ms * 1000.0 / kIters;
+          const auto out = Download(d_out, tokens * kHeads * kDim, DType::kBF16);
+          for (const float v : out) ASSERT_TRUE(std::isfinite(v));
+          if (kernel == 1 && mma_out.empty()) mma_out = out;
+          const double vs_mma = RelError(out, mma_out);
+          EXPECT_LT(vs_mma, 2e-2) << "wgmma vs mma.sync kernel";
+          // A graph of kChain launches, replayed: the time of one launch without host cost, and
+          // the same output as the eager launches.
+          constexpr int kChain = 20, kReplays = 5;
+          auto d_out_graph = Poisoned(tokens * kHeads * kDim, DType::kBF16);
+          kc::V4SparseAttentionParams pg = p;
+          pg.out = d_out_graph.data();
+          ASSERT_TRUE(cuda::Graph::BeginCapture(*stream).ok());
+          int captured = 0;
+          for (int i = 0; i < kChain && captured == 0; ++i) {
+            captured = kc::V4SparseAttention(pg, stream->get());
+          }
+          auto graph = cuda::Graph::EndCapture(*stream);
+          ASSERT_CUDA_OK(captured);
+          ASSERT_TRUE(graph.ok());
+          ASSERT_TRUE(graph->Launch(*stream).ok());  // warm
+          ASSERT_TRUE(e0->Record(*stream).ok());
+          for (int i = 0; i < kReplays; ++i) ASSERT_TRUE(graph->Launch(*stream).ok());
+          ASSERT_TRUE(e1->Record(*stream).ok());
+          ASSERT_TRUE(e1->Synchronize().ok());
+          auto graph_ms = cuda::Event::ElapsedMs(*e0, *e1);
+          ASSERT_TRUE(graph_ms.ok());
+          const double graph_us = *graph_ms * 1000.0 / (kReplays * kChain);
+          // Bytes that must move: each token's 640 key rows, its q (f32) and its output (bf16).
+          const double bytes = tokens * (640.0 * kDim * 2 + 6.0 * kHeads * kDim);
+          std::printf(
+              "[v4 %s %s %s] tokens %ld, max_splits %ld, %s write: %.1f us eager, %.1f us in a "
+              "graph (%.0f GB/s), rel diff to mma.sync %.2g\n",
+              kernel == 1 ? "mma.sync" : "wgmma", prefill ? "prefill" : "decode",
+              all ? "window128+all512(rate128)" : "window128+sel512(rate4)",
+              static_cast<long>(tokens), static_cast<long>(cf.splits),
+              cf.fused ? "fused" : "separate", us, graph_us, bytes / graph_us * 1e-3, vs_mma);
+          EXPECT_TRUE(SameBits(Download(d_out_graph, tokens * kHeads * kDim, DType::kBF16), out))
+              << "graph replay differs from the eager launch";
         }
-        auto graph = cuda::Graph::EndCapture(*stream);
-        ASSERT_CUDA_OK(captured);
-        ASSERT_TRUE(graph.ok());
-        ASSERT_TRUE(graph->Launch(*stream).ok());  // warm
-        ASSERT_TRUE(e0->Record(*stream).ok());
-        for (int i = 0; i < kReplays; ++i) ASSERT_TRUE(graph->Launch(*stream).ok());
-        ASSERT_TRUE(e1->Record(*stream).ok());
-        ASSERT_TRUE(e1->Synchronize().ok());
-        auto graph_ms = cuda::Event::ElapsedMs(*e0, *e1);
-        ASSERT_TRUE(graph_ms.ok());
-        const double graph_us = *graph_ms * 1000.0 / (kReplays * kChain);
-        // Bytes that must move: each token's 640 key rows, its q (f32) and its output (bf16).
-        const double bytes = tokens * (640.0 * kDim * 2 + 6.0 * kHeads * kDim);
-        std::printf(
-            "[v4 %s %s] tokens %ld, max_splits %ld, %s write: %.1f us eager, %.1f us in a graph "
-            "(%.0f GB/s)\n",
-            prefill ? "prefill" : "decode",
-            all ? "window128+all512(rate128)" : "window128+sel512(rate4)",
-            static_cast<long>(tokens), static_cast<long>(cf.splits),
-            cf.fused ? "fused" : "separate", us, graph_us, bytes / graph_us * 1e-3);
-        EXPECT_TRUE(SameBits(Download(d_out_graph, tokens * kHeads * kDim, DType::kBF16), out))
-            << "graph replay differs from the eager launch";
-      }
     }
   }
 }

@@ -1,5 +1,6 @@
 // DeepSeek-V4 sparse attention (v4_sparse_attention.h): the window-key write, the tensor-core
-// kernel for bf16 planes, the f32 kernel for the rest, and the merge of key splits.
+// kernels for bf16 planes (wgmma at head_dim 512, mma.sync otherwise), the f32 kernel for the
+// rest, and the merge of key splits.
 //
 // A token's key list is virtual: key k < nw is window position lo + k (lo = max(0, pos - window +
 // 1), nw = pos - lo + 1), key nw + c is candidate c of the compressed entries (selected[t, c], or
@@ -584,7 +585,462 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   }
 }
 
-// ---- 2b. f32: one CTA per (token, head, split), any plane dtypes, head_dim ≤ 1024. ----
+// ---- 2b. wgmma (sm_90a): bf16 planes, head_dim 512, 64 heads a CTA. ----
+// Two warpgroups; a tile of 64 keys at a time through a 2-stage cp.async ring. Each warpgroup
+// computes the whole S = Q·Kᵀ (64 heads × 64 keys, wgmma m64n64k16 over the 512 dims, Q and the
+// tile read by the tensor cores from shared memory), so that both hold the same scores and
+// softmax state with no exchange; then O[:, 256·wg .. 256·wg + 255] += P·V with P (bf16) in
+// registers and V the same tile read transposed (wgmma m64n128k16, B MN-major). Shared tiles
+// are stored as column blocks of 64 dims: block b of row r is 128 bytes at b·rows·128 + r·128,
+// its 16-byte chunks XOR-swizzled by r % 8 (the 128-byte swizzle of the wgmma descriptors).
+struct WgConfig {
+  static constexpr int kD = 512;
+  static constexpr int kThreads = 256;  // two warpgroups
+  static constexpr int kHeads = 64;
+  static constexpr int kTileKeys = 64;
+  static constexpr int kStages = 2;
+  static constexpr int kQBlock = kHeads * 128;           // bytes of one 64-dim column block of Q
+  static constexpr int kTBlock = kTileKeys * 128;        // ... of a key tile
+  static constexpr int kQBytes = kHeads * kD * 2;        // 64 KB
+  static constexpr int kTileBytes = kTileKeys * kD * 2;  // 64 KB
+  static constexpr int kRound = 512;
+  static constexpr int kOLd = kD + 8;
+  static constexpr int kStatOffset = kQBytes + kStages * kTileBytes;
+  static constexpr int kWtOffset = kStatOffset + kHeads * 2 * 4;
+  static constexpr int kCodesOffset = kWtOffset + kHeads * kMaxClusterSplits * 4;
+  // + 1,024: the base is aligned to the swizzle's period.
+  static constexpr int kSmem = 1024 + kCodesOffset + kRound * 8;
+  static_assert(kHeads * kOLd * 4 <= kQBytes + kStages * kTileBytes);
+  static_assert(kCodesOffset % 8 == 0);
+};
+
+// Byte offset of 16-byte chunk c (dims 8c .. 8c + 7) of row r in a tile of `rows` rows.
+__device__ __forceinline__ int WgOffset(int r, int c, int rows) {
+  return (c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+}
+
+// Matrix descriptors (sm_90): 128-byte swizzle, 8-row groups 1,024 bytes apart. K-major (rows of
+// the operand along the 128-byte lines; the leading offset unused), and MN-major with column
+// blocks of 64 elements `lbo` bytes apart.
+__device__ __forceinline__ uint64_t WgDescK(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+__device__ __forceinline__ uint64_t WgDescMn(uint32_t addr, uint32_t lbo) {
+  return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+// S (64 × 64, f32) += A · Bᵀ, A and B bf16 K-major in shared memory (scale-d off: S = A · Bᵀ).
+__device__ __forceinline__ void WgmmaQk(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+__device__ __forceinline__ void WgmmaPv(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+__device__ __forceinline__ void WgFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgWait() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Keeps the compiler from reading accumulators before the wait above them.
+template <int N>
+__device__ __forceinline__ void WgFenceRegs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <bool kCluster>
+__global__ void __launch_bounds__(WgConfig::kThreads, 1)
+    WgKernel(V4SparseAttentionParams p, Derived dv) {
+  using C = WgConfig;
+  constexpr int D = C::kD, kTile = C::kTileKeys;
+  extern __shared__ uint4 smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw) + ((1024 - (raw & 1023)) & 1023);
+  const uint32_t q_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t tiles_addr = q_addr + C::kQBytes;
+  uint8_t* tiles = smem + C::kQBytes;
+  float* sstat = reinterpret_cast<float*>(smem + C::kStatOffset);
+  float* wt = reinterpret_cast<float*>(smem + C::kWtOffset);
+  int64_t* codes = reinterpret_cast<int64_t*>(smem + C::kCodesOffset);
+  WaitForPrerequisites();
+  AllowDependents();  // the next kernel may launch (it waits for this one to finish)
+
+  const int64_t t = blockIdx.x;
+  const int split = blockIdx.y;
+  const int64_t h_base = static_cast<int64_t>(blockIdx.z) * C::kHeads;
+  const int nh =
+      static_cast<int>(p.num_heads - h_base < C::kHeads ? p.num_heads - h_base : C::kHeads);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, c2 = (lane & 3) * 2;
+  const int wg = warp >> 2, row0 = (warp & 3) * 16 + g;  // this thread's heads: row0, row0 + 8
+  const int pos = p.positions[t];
+  const KeyList keys(p, dv, t, pos);
+  int s_lo, s_hi;
+  SplitRange(keys.total, dv.splits, split, kTile, &s_lo, &s_hi);
+  const bool writer = dv.fuse_write && split == 0 && blockIdx.z == 0;
+
+  auto load_tile = [&](int i, int buf) {
+    uint8_t* dst_tile = tiles + buf * C::kTileBytes;
+    for (int c = tid; c < kTile * (D / 8); c += C::kThreads) {
+      const int r = c / (D / 8), cc = c % (D / 8);
+      const int64_t code = codes[i * kTile + r];
+      uint8_t* dst = dst_tile + WgOffset(r, cc, kTile);
+      if (code == kOwnKey) {  // the token's own key, rounded as the plane stores it
+        const float* src = p.kv + t * p.kv_stride + cc * 8;
+        uint4 w;
+        w.x = PackBf16(src[0], src[1]);
+        w.y = PackBf16(src[2], src[3]);
+        w.z = PackBf16(src[4], src[5]);
+        w.w = PackBf16(src[6], src[7]);
+        *reinterpret_cast<uint4*>(dst) = w;
+        continue;
+      }
+      const bool fill = code >= 0;
+      const bf16* src = static_cast<const bf16*>(p.window_kv);
+      if (fill) {
+        const bf16* plane = (code & 1) ? static_cast<const bf16*>(p.compressed)
+                                       : static_cast<const bf16*>(p.window_kv);
+        src = plane + (code >> 1) * D + cc * 8;
+      }
+      CpAsync16(dst, src, fill);
+    }
+  };
+  auto load_q = [&](int c) -> uint4 {
+    const int r = c / (D / 8), cc = c % (D / 8);
+    float v[8] = {};
+    if (r < nh) {
+      const int64_t e = t * p.q_stride + (h_base + r) * D + cc * 8;
+      if (p.q_dtype == DType::kF32) {
+        const float* src = static_cast<const float*>(p.q) + e;
+        if (dv.q_vec) {
+          const float4 a = *reinterpret_cast<const float4*>(src);
+          const float4 b = *reinterpret_cast<const float4*>(src + 4);
+          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+          v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] = src[j];
+        }
+      } else {
+        const bf16* src = static_cast<const bf16*>(p.q) + e;
+        if (dv.q_vec) return *reinterpret_cast<const uint4*>(src);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(src[j]);
+      }
+    }
+    uint4 w;
+    w.x = PackBf16(v[0], v[1]);
+    w.y = PackBf16(v[2], v[3]);
+    w.z = PackBf16(v[4], v[5]);
+    w.w = PackBf16(v[6], v[7]);
+    return w;
+  };
+  auto stage_q = [&]() {
+    // All 16 chunks of a thread in flight at once (one L2 round trip; O is not live yet).
+    constexpr int kPer = C::kHeads * (D / 8) / C::kThreads;  // 16
+    constexpr int kBatch = 16;
+    static_assert(kPer % kBatch == 0);
+#pragma unroll
+    for (int j0 = 0; j0 < kPer; j0 += kBatch) {
+      uint4 w[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) w[j] = load_q(tid + (j0 + j) * C::kThreads);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int c = tid + (j0 + j) * C::kThreads;
+        *reinterpret_cast<uint4*>(smem + WgOffset(c / (D / 8), c % (D / 8), C::kHeads)) = w[j];
+      }
+    }
+  };
+  auto begin_round = [&](int r0) {
+    const int r_hi = min(s_hi, r0 + C::kRound);
+    const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
+    __syncthreads();  // the previous round's tiles and codes are consumed
+    for (int k = tid; k < C::kRound; k += C::kThreads) {
+      const int key = r0 + k;
+      int64_t code = kMasked;
+      if (key < r_hi) code = dv.fuse_write && key == keys.nw - 1 ? kOwnKey : keys.Code(p, dv, key);
+      codes[k] = code;
+    }
+    __syncthreads();
+    if (num_tiles > 0) load_tile(0, 0);
+    CpAsyncCommit();
+  };
+  if (s_lo < s_hi) {
+    begin_round(s_lo);
+    stage_q();
+  }
+  if (writer) StoreWindowKey(p, t, pos);
+
+  float o[2][64];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[h][i] = 0.0f;
+  }
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  const float qk_scale = p.scale * kLog2e;
+
+  for (int r0 = s_lo; r0 < s_hi; r0 += C::kRound) {
+    const int r_hi = min(s_hi, r0 + C::kRound);
+    const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
+    if (r0 != s_lo) begin_round(r0);
+    for (int i = 0; i < num_tiles; ++i) {
+      CpAsyncWait<0>();
+      // This thread's cp.async and shared stores (Q, own key) visible to the tensor cores, then
+      // everyone's; tile i - 1's buffer is free (every warpgroup waited for its wgmma).
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncthreads();
+      if (i + 1 < num_tiles) load_tile(i + 1, (i + 1) % C::kStages);
+      CpAsyncCommit();
+      const uint32_t tile_addr = tiles_addr + (i % C::kStages) * C::kTileBytes;
+
+      float s[32];
+#pragma unroll
+      for (int j = 0; j < 32; ++j) s[j] = 0.0f;
+      WgFence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t off = (kk & 3) * 32;  // 16 dims within the 128-byte line
+        WgmmaQk(s, WgDescK(q_addr + (kk >> 2) * C::kQBlock + off),
+                WgDescK(tile_addr + (kk >> 2) * C::kTBlock + off), kk > 0);
+      }
+      WgCommit();
+      WgWait();
+      WgFenceRegs(s);
+
+      // Accumulator j (n tile j / 4): head row0 + 8 ((j >> 1) & 1), key 8 (j / 4) + c2 + (j & 1).
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int key = (j >> 2) * 8 + c2 + (j & 1);
+        const bool ok = codes[i * kTile + key] != kMasked;
+        s[j] = ok ? s[j] * qk_scale : -INFINITY;
+        if (j & 2) {
+          mx1 = fmaxf(mx1, s[j]);
+        } else {
+          mx0 = fmaxf(mx0, s[j]);
+        }
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+      const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
+      const float corr0 = exp2f(m0 - b0), corr1 = exp2f(m1 - b1);
+      m0 = n0;
+      m1 = n1;
+      l0 *= corr0;
+      l1 *= corr1;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 64; ++j) o[h][j] *= (j & 2) ? corr1 : corr0;
+      }
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        if (j & 2) {
+          s[j] = exp2f(s[j] - b1);
+          l1 += s[j];
+        } else {
+          s[j] = exp2f(s[j] - b0);
+          l0 += s[j];
+        }
+      }
+      // P as the A fragments of four k steps of 16 keys.
+      uint32_t a[4][4];
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        a[ks][0] = PackBf16(s[8 * ks], s[8 * ks + 1]);
+        a[ks][1] = PackBf16(s[8 * ks + 2], s[8 * ks + 3]);
+        a[ks][2] = PackBf16(s[8 * ks + 4], s[8 * ks + 5]);
+        a[ks][3] = PackBf16(s[8 * ks + 6], s[8 * ks + 7]);
+      }
+      WgFence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          // Keys 16 ks .. 16 ks + 15 (two 8-row groups), dims 256 wg + 128 h .. + 127.
+          WgmmaPv(o[h], a[ks],
+                  WgDescMn(tile_addr + (wg * 4 + h * 2) * C::kTBlock + ks * 2048, C::kTBlock));
+        }
+      }
+      WgCommit();
+      WgWait();
+      WgFenceRegs(o[0]);
+      WgFenceRegs(o[1]);
+    }
+    CpAsyncWait<0>();
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float mr[2] = {m0 == -INFINITY ? -INFINITY : m0 * kLn2,
+                       m1 == -INFINITY ? -INFINITY : m1 * kLn2};
+  const float lr[2] = {l0, l1};
+  // Output accumulator j of half h: head row0 + 8 ((j >> 1) & 1), dims dim(h, j), +1.
+  auto dim_of = [&](int h, int j) { return wg * 256 + h * 128 + (j >> 2) * 8 + c2; };
+
+  if constexpr (kCluster) {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    constexpr int kOLd = C::kOLd;
+    float* so = reinterpret_cast<float*>(smem);  // [kHeads, kOLd]: this split's output
+    __syncthreads();                             // every warpgroup is done with Q and the tiles
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = row0 + 8 * e;
+      const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 2 * e; j < 64; j += 4) {
+          *reinterpret_cast<float2*>(so + r * kOLd + dim_of(h, j)) =
+              make_float2(o[h][j] * f, o[h][j + 1] * f);
+        }
+      }
+      if (wg == 0 && (lane & 3) == 0) {
+        sstat[2 * r] = mr[e];
+        sstat[2 * r + 1] = lr[e];
+      }
+    }
+    cluster.sync();  // every split's output and stats are in its shared memory
+    const int S = dv.splits, rank = static_cast<int>(cluster.block_rank());
+    const int mine = rank < nh ? (nh - rank + S - 1) / S : 0;
+    if (tid < mine) {
+      const int r = rank + tid * S;
+      float2 st[kMaxClusterSplits];
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S)
+          st[s] = *reinterpret_cast<const float2*>(cluster.map_shared_rank(sstat, s) + 2 * r);
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) mx = fmaxf(mx, st[s].x);
+      }
+      float sum = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          const float w = st[s].x == -INFINITY ? 0.0f : st[s].y * expf(st[s].x - mx);
+          wt[tid * kMaxClusterSplits + s] = w;
+          sum += w;
+        }
+      }
+      const float f = FinalFactor(p, h_base + r, mx, sum);
+      for (int s = 0; s < S; ++s) wt[tid * kMaxClusterSplits + s] *= f;
+    }
+    __syncthreads();
+    // Four dims an item (two rotary pairs), every split's read in flight together.
+    for (int item = tid; item < mine * (D / 4); item += C::kThreads) {
+      const int lh = item / (D / 4), d0 = (item % (D / 4)) * 4;
+      const int r = rank + lh * S;
+      float4 x[kMaxClusterSplits];
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          x[s] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(so, s) + r * kOLd + d0);
+        }
+      }
+      float v0 = 0.0f, v1 = 0.0f, v2 = 0.0f, v3 = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          const float w = wt[lh * kMaxClusterSplits + s];
+          v0 += w * x[s].x;
+          v1 += w * x[s].y;
+          v2 += w * x[s].z;
+          v3 += w * x[s].w;
+        }
+      }
+      InverseRope(p, pos, d0, v0, v1);
+      InverseRope(p, pos, d0 + 2, v2, v3);
+      StorePair(p, t, h_base + r, d0, v0, v1, true);
+      StorePair(p, t, h_base + r, d0 + 2, v2, v3, true);
+    }
+    cluster.sync();  // the peers' shared memory stays until every CTA has read it
+  } else {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = row0 + 8 * e;
+      if (r >= nh) continue;
+      const int64_t head = h_base + r;
+      if (dv.splits == 1) {
+        const float f = FinalFactor(p, head, mr[e], lr[e]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int j = 2 * e; j < 64; j += 4) {
+            const int dim = dim_of(h, j);
+            float v0 = o[h][j] * f, v1 = o[h][j + 1] * f;
+            InverseRope(p, pos, dim, v0, v1);
+            StorePair(p, t, head, dim, v0, v1, true);
+          }
+        }
+      } else {
+        const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
+        float* dst = SplitOut(p, dv.splits, t, head, split);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int j = 2 * e; j < 64; j += 4) {
+            *reinterpret_cast<float2*>(dst + dim_of(h, j)) =
+                make_float2(o[h][j] * f, o[h][j + 1] * f);
+          }
+        }
+        if (wg == 0 && (lane & 3) == 0) {
+          float* st = SplitStats(p, dv.splits, t, head, split);
+          st[0] = mr[e];
+          st[1] = lr[e];
+        }
+      }
+    }
+  }
+}
+
+// ---- 2c. f32: one CTA per (token, head, split), any plane dtypes, head_dim ≤ 1024. ----
 constexpr int kF32Threads = 128;
 constexpr int kF32Chunk = 64;
 
@@ -813,6 +1269,72 @@ bool ClusterFits(int splits) {
   return k == 1;
 }
 
+// The wgmma kernel: its shared memory (and cluster sizes past 8) allowed once; launched as
+// LaunchTc does.
+template <bool kCluster>
+cudaError_t SetWgAttributes() {
+  static const cudaError_t attr = [] {
+    cudaError_t e = cudaFuncSetAttribute(
+        WgKernel<kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize, WgConfig::kSmem);
+    if (e == cudaSuccess && kCluster) {
+      e = cudaFuncSetAttribute(WgKernel<kCluster>, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                               1);
+    }
+    return e;
+  }();
+  return attr;
+}
+
+template <bool kCluster>
+cudaError_t LaunchWg(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
+                     cudaStream_t stream) {
+  const cudaError_t attr = SetWgAttributes<kCluster>();
+  if (attr != cudaSuccess) return attr;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(WgConfig::kThreads);
+  cfg.dynamicSmemBytes = WgConfig::kSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = 1;
+  attrs[1].val.clusterDim.y = grid.y;
+  attrs[1].val.clusterDim.z = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = kCluster ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, WgKernel<kCluster>, p, dv);
+}
+
+bool WgClusterFits(int splits) {
+  static std::atomic<int> known[kMaxClusterSplits + 1];  // 0 unknown, 1 fits, 2 does not
+  if (splits < 2 || splits > kMaxClusterSplits) return false;
+  int k = known[splits].load(std::memory_order_relaxed);
+  if (k == 0) {
+    int clusters = 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, static_cast<unsigned>(splits), 1);
+    cfg.blockDim = dim3(WgConfig::kThreads);
+    cfg.dynamicSmemBytes = WgConfig::kSmem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const bool ok =
+        SetWgAttributes<true>() == cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&clusters, WgKernel<true>, &cfg) == cudaSuccess &&
+        clusters > 0;
+    if (!ok) (void)cudaGetLastError();  // a failed query is not the stream's error
+    k = ok ? 1 : 2;
+    known[splits].store(k, std::memory_order_relaxed);
+  }
+  return k == 1;
+}
+
 template <bool kCluster>
 cudaError_t LaunchTcDim(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
                         cudaStream_t stream) {
@@ -899,6 +1421,9 @@ int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
                   (p.compressed == nullptr || p.compressed_dtype == DType::kBF16) &&
                   (D == 64 || D == 128 || D == 256 || D == 512) && Aligned16(p.window_kv) &&
                   (p.compressed == nullptr || Aligned16(p.compressed));
+  // The wgmma kernel: the tensor-core case at head_dim 512 (V4), unless the caller asks for the
+  // mma.sync kernel.
+  const bool wgk = tc && D == WgConfig::kD && p.kernel == 0;
   const int64_t elem = p.q_dtype == DType::kF32 ? 4 : 2;
   dv.q_vec = Aligned16(p.q) && (p.q_stride * elem) % 16 == 0;
 
@@ -919,7 +1444,7 @@ int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
   if (tc && dv.splits > 1) {
     // The most splits up to kMaxClusterSplits whose clusters fit (all of them on an H200).
     for (int s = std::min(dv.splits, kMaxClusterSplits); s >= 2 && !cluster; --s) {
-      if (ClusterFitsDim(D, s)) {
+      if (wgk ? WgClusterFits(s) : ClusterFitsDim(D, s)) {
         dv.splits = s;
         cluster = true;
       }
@@ -938,11 +1463,11 @@ int V4SparseAttention(const V4SparseAttentionParams& p, void* stream_ptr) {
     const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(dv.splits),
                     static_cast<unsigned>(head_groups));
     if (cluster) {
-      err = LaunchTcDim<true>(p, dv, grid, stream);
+      err = wgk ? LaunchWg<true>(p, dv, grid, stream) : LaunchTcDim<true>(p, dv, grid, stream);
       if (err == cudaSuccess) return err;
       (void)cudaGetLastError();  // not launched: the workspace and the merge kernel instead
     }
-    err = LaunchTcDim<false>(p, dv, grid, stream);
+    err = wgk ? LaunchWg<false>(p, dv, grid, stream) : LaunchTcDim<false>(p, dv, grid, stream);
   } else {
     const dim3 grid(static_cast<unsigned>(p.num_tokens * p.num_heads),
                     static_cast<unsigned>(dv.splits));

@@ -13,8 +13,14 @@
 //     (sinks null: no sink term).
 //  3. With rotary_dim > 0, the interleaved pairs (2i, 2i + 1) of the last rotary_dim dims of every
 //     head of out are rotated by -(positions[t] * inv_freq[i]) (f32 angle, as kernels/cpu Rope).
-// Two attention kernels, chosen by dtype and shape:
-//  - Tensor cores (window and compressed planes bf16, head_dim 64, 128, 256 or 512): a CTA
+// Three attention kernels, chosen by dtype and shape:
+//  - wgmma (bf16 planes, head_dim 512: V4; kernel 0): a CTA of two warpgroups takes one token,
+//    64 query heads and one split of its key list, tiles of 64 keys (cp.async, 2 stages) read
+//    by the tensor cores straight from shared memory: each warpgroup computes S for all 64 heads
+//    (wgmma m64n64k16 over Q staged once as bf16), the softmax in registers (f32, online), and
+//    O += P·V for its 256 dims (P bf16 in registers, V the same tile read transposed). Splits
+//    are merged as the mma.sync kernel's are. Errors as below (bf16 q and P).
+//  - Tensor cores, mma.sync (bf16 planes, head_dim 64, 128, 256 or 512): a CTA
 //    of 16 warps takes one token, 64 query heads (more heads: more CTAs) and one split of its key
 //    list; warp (m, d) owns heads 16m..16m+15 and dims [d·D/4, (d+1)·D/4). The rows of up to 512
 //    keys at a time are looked up into shared memory, then tiles of 32 rows are gathered with
@@ -84,6 +90,9 @@ struct V4SparseAttentionParams {
   // (no splits).
   float* workspace = nullptr;
   int64_t max_splits = 0;
+  // Kernel choice (tests and benchmarks): 0 the fastest that applies; 1 never the wgmma kernel
+  // (head_dim 512 then runs on the mma.sync tensor-core kernel).
+  int kernel = 0;
 };
 
 // Floats of workspace for up to max_splits splits: [tokens, heads, splits] rows of head_dim
