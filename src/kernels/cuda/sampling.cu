@@ -25,6 +25,19 @@ __device__ __forceinline__ bool Better(float v, int32_t i, float bv, int32_t bi)
   return v > bv || (v == bv && i < bi);
 }
 
+// The warp's best (value, index) pair in every lane.
+__device__ __forceinline__ void WarpArgmax(float& best, int32_t& best_i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(kFull, best, o);
+    const int32_t i = __shfl_xor_sync(kFull, best_i, o);
+    if (Better(v, i, best, best_i)) {
+      best = v;
+      best_i = i;
+    }
+  }
+}
+
 // Monotone map of logits to unsigned keys: larger logit, larger key. NaN counts as -inf and -0 as
 // +0, so that keys order tokens as the CPU's comparisons do.
 __device__ __forceinline__ uint32_t Key(float l) {
@@ -63,15 +76,7 @@ __device__ int32_t BlockArgmax(const float* row, int64_t vocab, Reduce& sh, Elig
       best_i = static_cast<int32_t>(i);
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(kFull, best, o);
-    const int32_t i = __shfl_xor_sync(kFull, best_i, o);
-    if (Better(v, i, best, best_i)) {
-      best = v;
-      best_i = i;
-    }
-  }
+  WarpArgmax(best, best_i);
   if ((threadIdx.x & 31) == 0) {
     sh.red_v[threadIdx.x >> 5] = best;
     sh.red_i[threadIdx.x >> 5] = best_i;
@@ -80,15 +85,7 @@ __device__ int32_t BlockArgmax(const float* row, int64_t vocab, Reduce& sh, Elig
   if (threadIdx.x < 32) {
     best = sh.red_v[threadIdx.x];
     best_i = sh.red_i[threadIdx.x];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float v = __shfl_xor_sync(kFull, best, o);
-      const int32_t i = __shfl_xor_sync(kFull, best_i, o);
-      if (Better(v, i, best, best_i)) {
-        best = v;
-        best_i = i;
-      }
-    }
+    WarpArgmax(best, best_i);
     if (threadIdx.x == 0) sh.index = best_i;
   }
   __syncthreads();
@@ -357,15 +354,7 @@ __global__ void __cluster_dims__(kArgmaxCluster, 1, 1) __launch_bounds__(kArgmax
     for (; i < end; i += kArgmaxThreads * 4) {
       for (int64_t j = i; j < i + 4 && j < end; ++j) consider(row[j], j);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float v = __shfl_xor_sync(kFull, best, o);
-      const int32_t b = __shfl_xor_sync(kFull, best_i, o);
-      if (Better(v, b, best, best_i)) {
-        best = v;
-        best_i = b;
-      }
-    }
+    WarpArgmax(best, best_i);
     if ((threadIdx.x & 31) == 0) {
       red_v[threadIdx.x >> 5] = best;
       red_i[threadIdx.x >> 5] = best_i;

@@ -426,26 +426,34 @@ Status GpuDeepseekV4::Gemm(const void* x, int64_t ldx, const void* w, int64_t n,
   return gemm_->Run(p, stream);
 }
 
-Status GpuDeepseekV4::Forward(const GpuStep& step, const GpuKvCache& kv, float* logits,
-                              void* stream) {
-  const ModelConfig& c = config_;
-  const DeepseekV4Config& v = *c.deepseek_v4;
-  const int64_t n = step.num_tokens, h = c.hidden_size, hc = v.hc_mult;
-  if (n == 0) return OkStatus();
-  if (n > max_tokens_ || step.num_logits > max_logits_) {
-    return InvalidArgument("a step of {} tokens and {} logits rows exceeds the reserved {} / {}", n,
-                           step.num_logits, max_tokens_, max_logits_);
+Status GpuDeepseekV4::CheckStep(const GpuStep& step) const {
+  if (step.num_tokens > max_tokens_ || step.num_logits > max_logits_) {
+    return InvalidArgument("a step of {} tokens and {} logits rows exceeds the reserved {} / {}",
+                           step.num_tokens, step.num_logits, max_tokens_, max_logits_);
   }
+  return OkStatus();
+}
+
+Status GpuDeepseekV4::Embed(const GpuStep& step, float* out, int64_t copies, void* stream) {
+  const int64_t h = config_.hidden_size;
   kc::EmbeddingParams e;
   e.table = embed_.data();
   e.dtype = DType::kBF16;
   e.ids = step.tokens;
-  e.out = streams_a_;
-  e.num_tokens = n;
+  e.out = out;
+  e.num_tokens = step.num_tokens;
   e.dim = h;
-  e.out_stride = hc * h;
-  e.copies = hc;
-  DINFER_RETURN_IF_ERROR(Check(kc::Embedding(e, stream), "embedding"));
+  e.out_stride = copies * h;
+  e.copies = copies;
+  return Check(kc::Embedding(e, stream), "embedding");
+}
+
+Status GpuDeepseekV4::Forward(const GpuStep& step, const GpuKvCache& kv, float* logits,
+                              void* stream) {
+  if (step.num_tokens == 0) return OkStatus();
+  DINFER_RETURN_IF_ERROR(CheckStep(step));
+  // Every stream starts as the token's embedding.
+  DINFER_RETURN_IF_ERROR(Embed(step, streams_a_, config_.deepseek_v4->hc_mult, stream));
   for (size_t i = 0; i < layers_.size(); ++i) {
     DINFER_RETURN_IF_ERROR(RunLayer(layers_[i], static_cast<int64_t>(i), step, kv, stream));
   }
@@ -460,10 +468,7 @@ Status GpuDeepseekV4::ForwardDraft(const GpuStep& step, const GpuKvCache& kv, fl
   const int64_t n = step.num_tokens, h = c.hidden_size, hc = v.hc_mult;
   const float eps = static_cast<float>(c.rms_norm_eps);
   if (n == 0) return OkStatus();
-  if (n > max_tokens_ || step.num_logits > max_logits_) {
-    return InvalidArgument("a step of {} tokens and {} logits rows exceeds the reserved {} / {}", n,
-                           step.num_logits, max_tokens_, max_logits_);
-  }
+  DINFER_RETURN_IF_ERROR(CheckStep(step));
   // The last Forward's final streams (streams_a_), each normed on its own, through h_proj.
   kc::RmsNormParams hn;
   hn.residual = streams_a_;
@@ -478,14 +483,7 @@ Status GpuDeepseekV4::ForwardDraft(const GpuStep& step, const GpuKvCache& kv, fl
   DINFER_RETURN_IF_ERROR(
       Gemm(mtp_rows_, h, mtp_->h_proj.data(), h, h, streams_b_, h, n * hc, DType::kF32, stream));
   // The next tokens' embeddings, normed, through e_proj.
-  kc::EmbeddingParams e;
-  e.table = embed_.data();
-  e.dtype = DType::kBF16;
-  e.ids = step.tokens;
-  e.out = branch_;
-  e.num_tokens = n;
-  e.dim = h;
-  DINFER_RETURN_IF_ERROR(Check(kc::Embedding(e, stream), "MTP embedding"));
+  DINFER_RETURN_IF_ERROR(Embed(step, branch_, 1, stream));
   kc::RmsNormParams en = hn;
   en.residual = branch_;
   en.weight = mtp_->enorm.as<float>();

@@ -93,6 +93,10 @@ class GpuDeepseekV4 final : public GpuModel {
   // y[m, n] = x[m, k] · wᵀ (bf16 in), `out` f32 or bf16; ld* in elements.
   Status Gemm(const void* x, int64_t ldx, const void* w, int64_t n, int64_t k, void* y, int64_t ldy,
               int64_t m, DType out, void* stream);
+  // A step within what Reserve sized the buffers for.
+  Status CheckStep(const GpuStep& step) const;
+  // out[t, c * hidden ...] = the embedding of step token t, for each of `copies` copies.
+  Status Embed(const GpuStep& step, float* out, int64_t copies, void* stream);
   Status RunLayer(const Layer& l, int64_t layer, const GpuStep& step, const GpuKvCache& kv,
                   void* stream);
   Status RunMoe(const Layer& l, const GpuStep& step, void* stream);
