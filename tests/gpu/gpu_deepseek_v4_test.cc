@@ -308,6 +308,24 @@ TEST(GpuDeepseekV4MtpTest, DraftLogitsMatchTransformers) {
               errors.size());
 }
 
+// The engine on the GPU with `num_kv_blocks` KV blocks and 256-token sequences.
+EngineConfig GpuEngineConfig(int64_t num_kv_blocks) {
+  EngineConfig cfg;
+  cfg.device = Device::kCuda;
+  cfg.num_kv_blocks = num_kv_blocks;
+  cfg.scheduler.max_model_len = 256;
+  return cfg;
+}
+
+// Greedy decoding of the fixture's decode length, EOS ignored.
+RequestOptions Greedy(const Fixture& f) {
+  RequestOptions greedy;
+  greedy.sampling.temperature = 0.0;
+  greedy.max_tokens = static_cast<int64_t>(f.decode.size());
+  greedy.ignore_eos = true;
+  return greedy;
+}
+
 // Speculative decoding on the GPU with the MTP layer: every request completes, drafts are
 // verified, and the first token is transformers'.
 TEST(GpuDeepseekV4EngineTest, SpeculativeDecodingWithTheMtpLayer) {
@@ -315,16 +333,10 @@ TEST(GpuDeepseekV4EngineTest, SpeculativeDecodingWithTheMtpLayer) {
   const Fixture f = ReadFixture();
   auto lm = LoadModel(Dir(), LoadOptions{false, false});
   ASSERT_TRUE(lm.ok()) << lm.status().ToString();
-  EngineConfig cfg;
-  cfg.device = Device::kCuda;
-  cfg.num_kv_blocks = 48;
-  cfg.scheduler.max_model_len = 256;
+  EngineConfig cfg = GpuEngineConfig(48);
   cfg.num_speculative_tokens = 1;
   EngineCore core(*lm->model, cfg);
-  RequestOptions greedy;
-  greedy.sampling.temperature = 0.0;
-  greedy.max_tokens = static_cast<int64_t>(f.decode.size());
-  greedy.ignore_eos = true;
+  const RequestOptions greedy = Greedy(f);
   for (int64_t id : {1, 2}) ASSERT_TRUE(core.AddRequest(id, f.prompt, greedy).ok());
   std::map<int64_t, std::vector<int32_t>> tokens;
   while (core.HasWork()) {
@@ -350,16 +362,10 @@ TEST(GpuDeepseekV4EngineTest, GreedyDecodingWithChunkedPrefillAndPrefixCache) {
   const Fixture f = ReadFixture();
   auto lm = LoadModel(Dir(), LoadOptions{false, false});
   ASSERT_TRUE(lm.ok()) << lm.status().ToString();
-  EngineConfig cfg;
-  cfg.device = Device::kCuda;
-  cfg.num_kv_blocks = 32;
-  cfg.scheduler.max_model_len = 256;
+  EngineConfig cfg = GpuEngineConfig(32);
   cfg.scheduler.max_num_batched_tokens = 27;
   EngineCore core(*lm->model, cfg);
-  RequestOptions greedy;
-  greedy.sampling.temperature = 0.0;
-  greedy.max_tokens = static_cast<int64_t>(f.decode.size());
-  greedy.ignore_eos = true;
+  const RequestOptions greedy = Greedy(f);
   for (int64_t id : {1, 2}) {
     ASSERT_TRUE(core.AddRequest(id, f.prompt, greedy).ok());
     std::vector<int32_t> tokens;
