@@ -647,6 +647,63 @@ INSTANTIATE_TEST_SUITE_P(MoeYAndShared, MoeCombineTest,
                          ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
                                             ::testing::Bool()));
 
+struct HostLayerRef {
+  std::vector<float> out;             // [tokens, hidden]
+  std::vector<float> shared_gate_up;  // [tokens, 2 * inter], the shared expert's (if any)
+};
+
+// out[t] = shared_out[t] + Σ_j w[t, j] · expert_j(x[t]) + shared(x[t]); expert(x) =
+// act(x · w13ᵀ) · w2ᵀ with the activation rounded to bf16 as the device stores it; the shared
+// expert's term only where sw13 and sw2 are given, shared_out's only where it is (double sums
+// starting from it).
+HostLayerRef HostLayer(const std::vector<float>& x, const std::vector<int32_t>& experts,
+                       const std::vector<float>& weights, const std::vector<float>& w13,
+                       const std::vector<float>& w2, const std::vector<float>& sw13,
+                       const std::vector<float>& sw2, int64_t tokens, int64_t top_k, int64_t hidden,
+                       int64_t inter, float limit, const std::vector<float>& shared_out = {}) {
+  HostLayerRef ref;
+  ref.out.assign(tokens * hidden, 0.0f);
+  ref.shared_gate_up.assign(tokens * 2 * inter, 0.0f);
+  std::vector<float> gate(inter), up(inter), act(inter);
+  std::vector<double> acc_out(hidden);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t d = 0; d < hidden; ++d) {
+      acc_out[d] = shared_out.empty() ? 0.0 : double{shared_out[t * hidden + d]};
+    }
+    for (int64_t j = 0; j <= top_k; ++j) {  // j == top_k: the shared expert
+      const bool sh = j == top_k;
+      if (sh && sw13.empty()) continue;
+      const int32_t e = sh ? 0 : experts[t * top_k + j];
+      if (e < 0) continue;
+      const float* a = sh ? sw13.data() : w13.data() + e * 2 * inter * hidden;
+      const float* b = sh ? sw2.data() : w2.data() + e * hidden * inter;
+      const double wt = sh ? 1.0 : weights[t * top_k + j];
+      for (int64_t i = 0; i < 2 * inter; ++i) {
+        double s = 0;
+        for (int64_t d = 0; d < hidden; ++d) s += double{x[t * hidden + d]} * a[i * hidden + d];
+        (i < inter ? gate[i] : up[i - inter]) = static_cast<float>(s);
+        if (sh) ref.shared_gate_up[t * 2 * inter + i] = static_cast<float>(s);
+      }
+      kernels::cpu::SiluMulParams sm;
+      sm.gate = gate.data();
+      sm.up = up.data();
+      sm.out = act.data();
+      sm.rows = 1;
+      sm.dim = inter;
+      sm.limit = limit;
+      kernels::cpu::SiluMul(sm);
+      const auto act_bf16 = RoundTo(DType::kBF16, act);
+      for (int64_t d = 0; d < hidden; ++d) {
+        double s = 0;
+        for (int64_t i = 0; i < inter; ++i) s += double{act_bf16[i]} * b[d * inter + i];
+        acc_out[d] += wt * s;
+      }
+    }
+    for (int64_t d = 0; d < hidden; ++d) ref.out[t * hidden + d] = static_cast<float>(acc_out[d]);
+  }
+  return ref;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The whole layer after routing: plan, w13 with the gather (f32 out), clamped SwiGLU (bf16),
 // w2 (f32 out), combine with a shared-expert output; against the host (double products, the CPU
@@ -698,40 +755,11 @@ TEST(MoePipelineTest, MatchesHostLayer) {
     ASSERT_CUDA_OK(kc::MoeCombine(cp, nullptr));
     const auto out = Download(d_out, tokens * hidden, DType::kF32);
 
-    std::vector<double> want(shared.begin(), shared.end());
-    std::vector<float> gate(inter), up(inter), act(inter);
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int32_t e = experts[t * top_k + j];
-        if (e < 0) continue;
-        for (int64_t i = 0; i < 2 * inter; ++i) {
-          double acc = 0;
-          for (int64_t d = 0; d < hidden; ++d) {
-            acc += double{x[t * hidden + d]} * w13[(e * 2 * inter + i) * hidden + d];
-          }
-          (i < inter ? gate[i] : up[i - inter]) = static_cast<float>(acc);
-        }
-        kernels::cpu::SiluMulParams ref;
-        ref.gate = gate.data();
-        ref.up = up.data();
-        ref.out = act.data();
-        ref.rows = 1;
-        ref.dim = inter;
-        ref.limit = limit;
-        kernels::cpu::SiluMul(ref);
-        const auto act_bf16 = RoundTo(DType::kBF16, act);
-        for (int64_t d = 0; d < hidden; ++d) {
-          double acc = 0;
-          for (int64_t i = 0; i < inter; ++i) {
-            acc += double{act_bf16[i]} * w2[(e * hidden + d) * inter + i];
-          }
-          want[t * hidden + d] += weights[t * top_k + j] * acc;
-        }
-      }
-    }
+    const HostLayerRef want = HostLayer(x, experts, weights, w13, w2, {}, {}, tokens, top_k, hidden,
+                                        inter, limit, shared);
     // The activation rounds to bf16 on both sides; an f32 gate a last bit off can round it the
     // other way (2^-8 relative, rarely), which stays far below this bound.
-    EXPECT_LT(RelError(out, std::vector<float>(want.begin(), want.end())), 1e-3);
+    EXPECT_LT(RelError(out, want.out), 1e-3);
   }
 }
 
@@ -741,58 +769,6 @@ TEST(MoePipelineTest, MatchesHostLayer) {
 // w2 plus the shared rows; combine reading the shared rows from y. Decode (skinny, with and
 // without the list of active experts) and prefill (tiled) against the host layer. Rows of the
 // activation between the routed count and max_rows must stay untouched.
-
-struct SharedLayerRef {
-  std::vector<float> out;             // [tokens, hidden]
-  std::vector<float> shared_gate_up;  // [tokens, 2 * inter], the shared expert's
-};
-
-// out[t] = Σ_j w[t, j] · expert_j(x[t]) + shared(x[t]); expert(x) = act(x · w13ᵀ) · w2ᵀ with the
-// activation rounded to bf16 as the device stores it.
-SharedLayerRef HostSharedLayer(const std::vector<float>& x, const std::vector<int32_t>& experts,
-                               const std::vector<float>& weights, const std::vector<float>& w13,
-                               const std::vector<float>& w2, const std::vector<float>& sw13,
-                               const std::vector<float>& sw2, int64_t tokens, int64_t top_k,
-                               int64_t hidden, int64_t inter, float limit) {
-  SharedLayerRef ref;
-  ref.out.assign(tokens * hidden, 0.0f);
-  ref.shared_gate_up.assign(tokens * 2 * inter, 0.0f);
-  std::vector<float> gate(inter), up(inter), act(inter);
-  std::vector<double> acc_out(hidden);
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::fill(acc_out.begin(), acc_out.end(), 0.0);
-    for (int64_t j = 0; j <= top_k; ++j) {  // j == top_k: the shared expert
-      const bool sh = j == top_k;
-      const int32_t e = sh ? 0 : experts[t * top_k + j];
-      if (e < 0) continue;
-      const float* a = sh ? sw13.data() : w13.data() + e * 2 * inter * hidden;
-      const float* b = sh ? sw2.data() : w2.data() + e * hidden * inter;
-      const double wt = sh ? 1.0 : weights[t * top_k + j];
-      for (int64_t i = 0; i < 2 * inter; ++i) {
-        double s = 0;
-        for (int64_t d = 0; d < hidden; ++d) s += double{x[t * hidden + d]} * a[i * hidden + d];
-        (i < inter ? gate[i] : up[i - inter]) = static_cast<float>(s);
-        if (sh) ref.shared_gate_up[t * 2 * inter + i] = static_cast<float>(s);
-      }
-      kernels::cpu::SiluMulParams sm;
-      sm.gate = gate.data();
-      sm.up = up.data();
-      sm.out = act.data();
-      sm.rows = 1;
-      sm.dim = inter;
-      sm.limit = limit;
-      kernels::cpu::SiluMul(sm);
-      const auto act_bf16 = RoundTo(DType::kBF16, act);
-      for (int64_t d = 0; d < hidden; ++d) {
-        double s = 0;
-        for (int64_t i = 0; i < inter; ++i) s += double{act_bf16[i]} * b[d * inter + i];
-        acc_out[d] += wt * s;
-      }
-    }
-    for (int64_t d = 0; d < hidden; ++d) ref.out[t * hidden + d] = static_cast<float>(acc_out[d]);
-  }
-  return ref;
-}
 
 class MoeSharedExpertTest : public ::testing::TestWithParam<bool> {};
 
@@ -855,8 +831,8 @@ TEST_P(MoeSharedExpertTest, FusedLayerMatchesHost) {
     const auto gate_up = Download(d_gate_up, all_rows * 2 * inter, DType::kF32);
     const auto act = Download(d_act, all_rows * inter, DType::kBF16);
 
-    const SharedLayerRef ref = HostSharedLayer(x, experts, weights, w13, w2, sw13, sw2, tokens,
-                                               top_k, hidden, inter, limit);
+    const HostLayerRef ref =
+        HostLayer(x, experts, weights, w13, w2, sw13, sw2, tokens, top_k, hidden, inter, limit);
     // The shared expert's gate/up rows: f32 sums of bf16 products.
     EXPECT_LT(RelError(std::vector<float>(gate_up.begin() + max_rows * 2 * inter, gate_up.end()),
                        ref.shared_gate_up),
