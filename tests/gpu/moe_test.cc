@@ -227,6 +227,45 @@ struct PlanCase {
   Routing mode;
 };
 
+// One MoePlan case: the routing (rng seeded with `seed`; experts `empty` get no pairs where
+// num_e > 4; kOne's expert `one`) planned on the device into sentinel-filled buffers, against the
+// host's stable sort; with the workspace, or with the list of active experts (`list`, checked
+// too).
+void ExpectPlanMatchesHost(const PlanCase& c, uint32_t seed, const std::set<int32_t>& empty,
+                           int32_t one, bool list) {
+  SCOPED_TRACE(::testing::Message()
+               << "tokens " << c.tokens << " top_k " << c.top_k << " experts " << c.num_e);
+  std::mt19937 rng(seed);
+  const auto experts = Route(c.tokens, c.top_k, c.num_e, c.mode, rng,
+                             c.num_e > 4 ? empty : std::set<int32_t>{}, one);
+  const HostPlan want = PlanOnHost(experts, c.top_k, c.num_e);
+  const size_t pairs = experts.size();
+  auto d_experts = UploadRaw(experts);
+  auto d_offsets = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
+  auto d_row_token = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -7));
+  auto d_pair_row = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -9));
+  cuda::DeviceBuffer d_ws, d_active;
+  if (list) {
+    d_active = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
+  } else {
+    const int64_t ws_ints = kc::MoePlanWorkspaceInts(c.tokens, c.top_k, c.num_e);
+    d_ws = UploadRaw(std::vector<int32_t>(std::max<int64_t>(ws_ints, 1), 0));
+  }
+  kc::MoePlanParams p = PlanParams(d_experts, c.tokens, c.top_k, c.num_e, d_offsets, d_row_token,
+                                   d_pair_row, list ? &d_active : nullptr);
+  if (!list) p.workspace = static_cast<int32_t*>(d_ws.data());
+  ASSERT_CUDA_OK(kc::MoePlan(p, nullptr));
+  EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, c.num_e + 1), want.offsets);
+  if (list) {
+    EXPECT_EQ(DownloadRaw<int32_t>(d_active, c.num_e + 1), ActiveOnHost(want, c.num_e));
+  }
+  if (pairs > 0) {
+    EXPECT_EQ(DownloadRaw<int32_t>(d_pair_row, pairs), want.pair_row);
+    // Rows past the total are not written.
+    EXPECT_EQ(DownloadRaw<int32_t>(d_row_token, pairs), want.row_token);
+  }
+}
+
 TEST(MoePlanTest, MatchesStableHostSort) {
   SKIP_WITHOUT_GPU();
   const PlanCase cases[] = {
@@ -237,31 +276,9 @@ TEST(MoePlanTest, MatchesStableHostSort) {
       {33, 3, 1, Routing::kOne},         {0, 6, 256, Routing::kRandom},
   };
   for (const PlanCase& c : cases) {
-    SCOPED_TRACE(::testing::Message()
-                 << "tokens " << c.tokens << " top_k " << c.top_k << " experts " << c.num_e);
-    std::mt19937 rng(static_cast<uint32_t>(c.tokens * 31 + c.num_e));
-    const std::set<int32_t> empty = {1, static_cast<int32_t>(c.num_e) - 2};
-    const auto experts =
-        Route(c.tokens, c.top_k, c.num_e, c.mode, rng, c.num_e > 4 ? empty : std::set<int32_t>{},
-              static_cast<int32_t>(c.num_e / 2));
-    const HostPlan want = PlanOnHost(experts, c.top_k, c.num_e);
-    const size_t pairs = experts.size();
-    auto d_experts = UploadRaw(experts);
-    auto d_offsets = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
-    auto d_row_token = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -7));
-    auto d_pair_row = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -9));
-    const int64_t ws_ints = kc::MoePlanWorkspaceInts(c.tokens, c.top_k, c.num_e);
-    auto d_ws = UploadRaw(std::vector<int32_t>(std::max<int64_t>(ws_ints, 1), 0));
-    kc::MoePlanParams p =
-        PlanParams(d_experts, c.tokens, c.top_k, c.num_e, d_offsets, d_row_token, d_pair_row);
-    p.workspace = static_cast<int32_t*>(d_ws.data());
-    ASSERT_CUDA_OK(kc::MoePlan(p, nullptr));
-    EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, c.num_e + 1), want.offsets);
-    if (pairs > 0) {
-      EXPECT_EQ(DownloadRaw<int32_t>(d_pair_row, pairs), want.pair_row);
-      // Rows past the total are not written.
-      EXPECT_EQ(DownloadRaw<int32_t>(d_row_token, pairs), want.row_token);
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectPlanMatchesHost(c, static_cast<uint32_t>(c.tokens * 31 + c.num_e),
+                                                  {1, static_cast<int32_t>(c.num_e) - 2},
+                                                  static_cast<int32_t>(c.num_e / 2), false));
   }
 }
 
@@ -275,30 +292,9 @@ TEST(MoePlanTest, WritesActiveExpertList) {
       {0, 6, 256, Routing::kRandom},     {5, 1, 1000, Routing::kRandom},
   };
   for (const PlanCase& c : cases) {
-    SCOPED_TRACE(::testing::Message()
-                 << "tokens " << c.tokens << " top_k " << c.top_k << " experts " << c.num_e);
-    std::mt19937 rng(static_cast<uint32_t>(c.tokens * 17 + c.num_e));
-    const std::set<int32_t> empty = {0, static_cast<int32_t>(c.num_e) - 1};
-    const auto experts =
-        Route(c.tokens, c.top_k, c.num_e, c.mode, rng, c.num_e > 4 ? empty : std::set<int32_t>{},
-              static_cast<int32_t>(c.num_e / 3));
-    const HostPlan want = PlanOnHost(experts, c.top_k, c.num_e);
-    const auto want_list = ActiveOnHost(want, c.num_e);
-    const size_t pairs = experts.size();
-    auto d_experts = UploadRaw(experts);
-    auto d_offsets = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
-    auto d_row_token = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -7));
-    auto d_pair_row = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -9));
-    auto d_active = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
-    const kc::MoePlanParams p = PlanParams(d_experts, c.tokens, c.top_k, c.num_e, d_offsets,
-                                           d_row_token, d_pair_row, &d_active);
-    ASSERT_CUDA_OK(kc::MoePlan(p, nullptr));
-    EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, c.num_e + 1), want.offsets);
-    EXPECT_EQ(DownloadRaw<int32_t>(d_active, c.num_e + 1), want_list);
-    if (pairs > 0) {
-      EXPECT_EQ(DownloadRaw<int32_t>(d_pair_row, pairs), want.pair_row);
-      EXPECT_EQ(DownloadRaw<int32_t>(d_row_token, pairs), want.row_token);
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectPlanMatchesHost(c, static_cast<uint32_t>(c.tokens * 17 + c.num_e),
+                                                  {0, static_cast<int32_t>(c.num_e) - 1},
+                                                  static_cast<int32_t>(c.num_e / 3), true));
   }
 }
 
