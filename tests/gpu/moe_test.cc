@@ -540,6 +540,26 @@ INSTANTIATE_TEST_SUITE_P(MoeInAndLimit, MoeSiluMulClampTest,
 
 // ---------------------------------------------------------------------------------------------
 
+// out[t] = start[t] + Σ_j weights[t, j] · y[pair_row[t, j]] (double sums of the stored values;
+// pairs with row -1 skipped), start rows `start_ld` apart (nullptr: 0).
+std::vector<float> HostCombine(const std::vector<float>& y, int64_t ldy,
+                               const std::vector<int32_t>& pair_row,
+                               const std::vector<float>& weights, int64_t tokens, int64_t top_k,
+                               int64_t hidden, const float* start, int64_t start_ld) {
+  std::vector<float> want(tokens * hidden);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t d = 0; d < hidden; ++d) {
+      double s = start != nullptr ? start[t * start_ld + d] : 0.0;
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int32_t r = pair_row[t * top_k + j];
+        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
+      }
+      want[t * hidden + d] = static_cast<float>(s);
+    }
+  }
+  return want;
+}
+
 class MoeCombineTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
 
 TEST_P(MoeCombineTest, MatchesHostReference) {
@@ -565,17 +585,8 @@ TEST_P(MoeCombineTest, MatchesHostReference) {
   p.shared = with_shared ? static_cast<const float*>(d_shared.data()) : nullptr;
   ASSERT_CUDA_OK(kc::MoeCombine(p, nullptr));
   const auto out = Download(d_out, tokens * hidden, DType::kF32);
-  std::vector<float> want(tokens * hidden);
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t d = 0; d < hidden; ++d) {
-      double s = with_shared ? shared[t * hidden + d] : 0.0;
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int32_t r = plan.pair_row[t * top_k + j];
-        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
-      }
-      want[t * hidden + d] = static_cast<float>(s);
-    }
-  }
+  auto want = HostCombine(y, ldy, plan.pair_row, weights, tokens, top_k, hidden,
+                          with_shared ? shared.data() : nullptr, hidden);
   // The inputs are exact on both sides; f32 sums of 7 terms.
   EXPECT_LT(RelError(out, want), 1e-6);
   if (!with_shared) return;
@@ -585,16 +596,8 @@ TEST_P(MoeCombineTest, MatchesHostReference) {
   const int64_t max_rows = tokens * top_k;
   auto y2 = RoundTo(y_dtype, Random((max_rows + tokens) * ldy, rng));
   std::copy(y.begin(), y.end(), y2.begin());
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t d = 0; d < hidden; ++d) {
-      double s = y2[(max_rows + t) * ldy + d];
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int32_t r = plan.pair_row[t * top_k + j];
-        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
-      }
-      want[t * hidden + d] = static_cast<float>(s);
-    }
-  }
+  want = HostCombine(y, ldy, plan.pair_row, weights, tokens, top_k, hidden,
+                     y2.data() + max_rows * ldy, ldy);
   auto d_y2 = Upload(y2, y_dtype);
   auto d_out2 = Poisoned(tokens * hidden, DType::kF32);
   p.y = d_y2.data();
@@ -625,17 +628,8 @@ TEST(MoeCombineEdgeTest, WideHiddenAndManyPairs) {
                     static_cast<float*>(d_out.data()));
   p.shared_row0 = max_rows;
   ASSERT_CUDA_OK(kc::MoeCombine(p, nullptr));
-  std::vector<float> want(tokens * hidden);
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t d = 0; d < hidden; ++d) {
-      double s = y[(max_rows + t) * ldy + d];
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int32_t r = plan.pair_row[t * top_k + j];
-        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
-      }
-      want[t * hidden + d] = static_cast<float>(s);
-    }
-  }
+  const auto want = HostCombine(y, ldy, plan.pair_row, weights, tokens, top_k, hidden,
+                                y.data() + max_rows * ldy, ldy);
   EXPECT_LT(RelError(Download(d_out, tokens * hidden, DType::kF32), want), 1e-6);
 }
 
