@@ -49,6 +49,16 @@ void ExpectBf16Rows(const std::vector<double>& errors, const std::string& what) 
   EXPECT_LE(far * 8, static_cast<int64_t>(sorted.size())) << what << ": rows past " << kFlipRelTol;
 }
 
+// The runner on the GPU with num_blocks KV blocks of block_size tokens.
+RunnerOptions CudaRunnerOptions(int64_t block_size, int64_t num_blocks, int64_t max_seq_len) {
+  RunnerOptions ro;
+  ro.device = Device::kCuda;
+  ro.block_size = block_size;
+  ro.num_blocks = num_blocks;
+  ro.max_seq_len = max_seq_len;
+  return ro;
+}
+
 struct Fixture {
   std::vector<int32_t> prompt, decode;
   int64_t chunk_split = 0;
@@ -105,11 +115,8 @@ TEST_P(GpuDeepseekV4Test, MatchesTransformers) {
   const size_t total = f.prompt.size() + f.decode.size();
   ASSERT_EQ(f.logits.size(), total * vocab * sizeof(float));
 
-  RunnerOptions ro;
-  ro.device = Device::kCuda;
-  ro.block_size = c.block_size;
-  ro.num_blocks = (static_cast<int64_t>(total) + c.block_size - 1) / c.block_size + 1;
-  ro.max_seq_len = 256;
+  const RunnerOptions ro = CudaRunnerOptions(
+      c.block_size, (static_cast<int64_t>(total) + c.block_size - 1) / c.block_size + 1, 256);
   ModelRunner runner(*lm->model, ro);
   ASSERT_STATUS_OK(runner.status());
   std::vector<int32_t> table(static_cast<size_t>(ro.num_blocks));
@@ -170,11 +177,7 @@ TEST(GpuDeepseekV4BatchTest, SequencesInOneBatchMatchTransformers) {
   ASSERT_TRUE(lm.ok()) << lm.status().ToString();
   const int64_t vocab = lm->config.vocab_size;
   const auto* ref = reinterpret_cast<const float*>(f.logits.data());
-  RunnerOptions ro;
-  ro.device = Device::kCuda;
-  ro.block_size = 8;
-  ro.num_blocks = 24;
-  ro.max_seq_len = 128;
+  const RunnerOptions ro = CudaRunnerOptions(8, 24, 128);
   ModelRunner runner(*lm->model, ro);
   ASSERT_STATUS_OK(runner.status());
   std::vector<int32_t> a(8), b(8);
@@ -269,11 +272,7 @@ TEST(GpuDeepseekV4MtpTest, DraftLogitsMatchTransformers) {
   const size_t total = f.prompt.size() + f.decode.size();
   ASSERT_EQ(f.mtp_logits.size(), (total - 1) * vocab * sizeof(float));
   const auto* ref = reinterpret_cast<const float*>(f.mtp_logits.data());
-  RunnerOptions ro;
-  ro.device = Device::kCuda;
-  ro.block_size = 16;
-  ro.num_blocks = 7;
-  ro.max_seq_len = 128;
+  const RunnerOptions ro = CudaRunnerOptions(16, 7, 128);
   ModelRunner runner(*lm->model, ro);
   ASSERT_STATUS_OK(runner.status());
   const std::vector<int32_t> table = {6, 4, 2, 0, 1, 3, 5};
@@ -308,6 +307,24 @@ TEST(GpuDeepseekV4MtpTest, DraftLogitsMatchTransformers) {
               errors.size());
 }
 
+// The engine on the GPU with `num_kv_blocks` KV blocks and 256-token sequences.
+EngineConfig GpuEngineConfig(int64_t num_kv_blocks) {
+  EngineConfig cfg;
+  cfg.device = Device::kCuda;
+  cfg.num_kv_blocks = num_kv_blocks;
+  cfg.scheduler.max_model_len = 256;
+  return cfg;
+}
+
+// Greedy decoding of the fixture's decode length, EOS ignored.
+RequestOptions Greedy(const Fixture& f) {
+  RequestOptions greedy;
+  greedy.sampling.temperature = 0.0;
+  greedy.max_tokens = static_cast<int64_t>(f.decode.size());
+  greedy.ignore_eos = true;
+  return greedy;
+}
+
 // Speculative decoding on the GPU with the MTP layer: every request completes, drafts are
 // verified, and the first token is transformers'.
 TEST(GpuDeepseekV4EngineTest, SpeculativeDecodingWithTheMtpLayer) {
@@ -315,16 +332,10 @@ TEST(GpuDeepseekV4EngineTest, SpeculativeDecodingWithTheMtpLayer) {
   const Fixture f = ReadFixture();
   auto lm = LoadModel(Dir(), LoadOptions{false, false});
   ASSERT_TRUE(lm.ok()) << lm.status().ToString();
-  EngineConfig cfg;
-  cfg.device = Device::kCuda;
-  cfg.num_kv_blocks = 48;
-  cfg.scheduler.max_model_len = 256;
+  EngineConfig cfg = GpuEngineConfig(48);
   cfg.num_speculative_tokens = 1;
   EngineCore core(*lm->model, cfg);
-  RequestOptions greedy;
-  greedy.sampling.temperature = 0.0;
-  greedy.max_tokens = static_cast<int64_t>(f.decode.size());
-  greedy.ignore_eos = true;
+  const RequestOptions greedy = Greedy(f);
   for (int64_t id : {1, 2}) ASSERT_TRUE(core.AddRequest(id, f.prompt, greedy).ok());
   std::map<int64_t, std::vector<int32_t>> tokens;
   while (core.HasWork()) {
@@ -350,16 +361,10 @@ TEST(GpuDeepseekV4EngineTest, GreedyDecodingWithChunkedPrefillAndPrefixCache) {
   const Fixture f = ReadFixture();
   auto lm = LoadModel(Dir(), LoadOptions{false, false});
   ASSERT_TRUE(lm.ok()) << lm.status().ToString();
-  EngineConfig cfg;
-  cfg.device = Device::kCuda;
-  cfg.num_kv_blocks = 32;
-  cfg.scheduler.max_model_len = 256;
+  EngineConfig cfg = GpuEngineConfig(32);
   cfg.scheduler.max_num_batched_tokens = 27;
   EngineCore core(*lm->model, cfg);
-  RequestOptions greedy;
-  greedy.sampling.temperature = 0.0;
-  greedy.max_tokens = static_cast<int64_t>(f.decode.size());
-  greedy.ignore_eos = true;
+  const RequestOptions greedy = Greedy(f);
   for (int64_t id : {1, 2}) {
     ASSERT_TRUE(core.AddRequest(id, f.prompt, greedy).ok());
     std::vector<int32_t> tokens;

@@ -3,6 +3,7 @@
 // the timings of the grouped product at DeepSeek-V4-Flash shapes. Skipped without a GPU.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <set>
 #include <string>
@@ -81,12 +82,189 @@ std::vector<int32_t> ActiveOnHost(const HostPlan& h, int64_t num_e) {
   return list;
 }
 
+// MoePlan's params over device buffers: experts [tokens, top_k] in, the offsets, row_token,
+// pair_row and (where given) the list of active experts out.
+kc::MoePlanParams PlanParams(const cuda::DeviceBuffer& experts, int64_t tokens, int64_t top_k,
+                             int64_t num_e, const cuda::DeviceBuffer& offsets,
+                             const cuda::DeviceBuffer& row_token,
+                             const cuda::DeviceBuffer& pair_row,
+                             const cuda::DeviceBuffer* active = nullptr) {
+  kc::MoePlanParams p;
+  p.experts = static_cast<const int32_t*>(experts.data());
+  p.num_tokens = tokens;
+  p.top_k = top_k;
+  p.num_experts = num_e;
+  p.expert_offsets = static_cast<int32_t*>(offsets.data());
+  p.row_token = static_cast<int32_t*>(row_token.data());
+  p.pair_row = static_cast<int32_t*>(pair_row.data());
+  if (active != nullptr) p.active_experts = static_cast<int32_t*>(active->data());
+  return p;
+}
+
+// The routing on the device and MoePlan's outputs poisoned with NaN (so that unwritten entries
+// show); `params` plans into them, with the list of active experts where asked.
+struct DevicePlan {
+  cuda::DeviceBuffer experts, offsets, row_token, pair_row, active;
+  kc::MoePlanParams params;
+};
+DevicePlan PoisonedPlan(const std::vector<int32_t>& experts, int64_t tokens, int64_t top_k,
+                        int64_t num_e, bool with_active) {
+  DevicePlan d;
+  d.experts = UploadRaw(experts);
+  d.offsets = Poisoned(num_e + 1, DType::kF32);
+  d.row_token = Poisoned(tokens * top_k, DType::kF32);
+  d.pair_row = Poisoned(tokens * top_k, DType::kF32);
+  d.active = Poisoned(num_e + 1, DType::kF32);
+  d.params = PlanParams(d.experts, tokens, top_k, num_e, d.offsets, d.row_token, d.pair_row,
+                        with_active ? &d.active : nullptr);
+  return d;
+}
+
+// GroupedGemm's params: y[r] = x[r] · w[e]ᵀ over the rows r of each expert e (expert_offsets),
+// x [*, ldx] and w [num_e, n, k] bf16; the gather, list and shared expert are the caller's.
+kc::GroupedGemmParams GemmParams(const void* x, int64_t ldx, const void* w,
+                                 const int32_t* expert_offsets, int64_t num_e, int64_t n, int64_t k,
+                                 int64_t max_rows, void* y, int64_t ldy, DType out_dtype) {
+  kc::GroupedGemmParams p;
+  p.x = x;
+  p.ldx = ldx;
+  p.w = w;
+  p.expert_offsets = expert_offsets;
+  p.num_experts = num_e;
+  p.n = n;
+  p.k = k;
+  p.max_rows = max_rows;
+  p.y = y;
+  p.ldy = ldy;
+  p.out_dtype = out_dtype;
+  return p;
+}
+
+// The w2 product after w13's `g1` (same plan, list and out dtype): the activation [rows, inter]
+// times w2 [num_e, hidden, inter] into y [rows, hidden], no gather.
+kc::GroupedGemmParams W2Params(kc::GroupedGemmParams g1, const void* act, const void* w2,
+                               int64_t hidden, int64_t inter, void* y) {
+  g1.x = act;
+  g1.ldx = inter;
+  g1.row_token = nullptr;
+  g1.w = w2;
+  g1.n = hidden;
+  g1.k = inter;
+  g1.y = y;
+  g1.ldy = hidden;
+  return g1;
+}
+
+// The clamped SwiGLU of f32 gate/up rows [rows, 2 * inter] into bf16 act [rows, inter].
+kc::SiluMulClampParams SwiGluParams(const void* gate_up, void* act, int64_t rows, int64_t inter,
+                                    float limit, const int32_t* rows_on_device) {
+  kc::SiluMulClampParams s;
+  s.in = gate_up;
+  s.in_dtype = DType::kF32;
+  s.ld_in = 2 * inter;
+  s.out = act;
+  s.ld_out = inter;
+  s.rows = rows;
+  s.inter = inter;
+  s.limit = limit;
+  s.rows_on_device = rows_on_device;
+  return s;
+}
+
+// MoeCombine's params: out[t] = Σ_j weights[t, j] · y[pair_row[t, j]]; the shared term is the
+// caller's.
+kc::MoeCombineParams CombineParams(const void* y, DType y_dtype, int64_t ldy,
+                                   const int32_t* pair_row, const float* weights, int64_t tokens,
+                                   int64_t top_k, int64_t hidden, float* out) {
+  kc::MoeCombineParams p;
+  p.y = y;
+  p.y_dtype = y_dtype;
+  p.ldy = ldy;
+  p.pair_row = pair_row;
+  p.weights = weights;
+  p.num_tokens = tokens;
+  p.top_k = top_k;
+  p.hidden = hidden;
+  p.out = out;
+  return p;
+}
+
+// A grouped product y [max_rows, ldy] against the host: `got` and `want` (double sums of the
+// bf16 inputs) over the rows the plan fills and columns < n, and how many elements outside them
+// (rows past the total, padding columns) were written (not NaN).
+struct GemmCheck {
+  std::vector<float> got, want;
+  int64_t touched = 0;
+};
+GemmCheck CheckGroupedGemm(const std::vector<float>& x, int64_t ldx, const std::vector<float>& w,
+                           const HostPlan& plan, bool gather, int64_t n, int64_t k,
+                           const std::vector<float>& y, int64_t max_rows, int64_t ldy) {
+  GemmCheck c;
+  const int64_t num_e = static_cast<int64_t>(plan.offsets.size()) - 1;
+  for (int64_t e = 0; e < num_e; ++e) {
+    for (int64_t r = plan.offsets[e]; r < plan.offsets[e + 1]; ++r) {
+      const float* xr = x.data() + (gather ? plan.row_token[r] : r) * ldx;
+      for (int64_t col = 0; col < n; ++col) {
+        const float* wr = w.data() + (e * n + col) * k;
+        double s = 0;
+        for (int64_t i = 0; i < k; ++i) s += double{xr[i]} * wr[i];
+        c.want.push_back(static_cast<float>(s));
+        c.got.push_back(y[r * ldy + col]);
+      }
+    }
+  }
+  for (int64_t r = 0; r < max_rows; ++r) {
+    for (int64_t col = r < plan.rows() ? n : 0; col < ldy; ++col)
+      c.touched += !std::isnan(y[r * ldy + col]);
+  }
+  return c;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 struct PlanCase {
   int64_t tokens, top_k, num_e;
   Routing mode;
 };
+
+// One MoePlan case: the routing (rng seeded with `seed`; experts `empty` get no pairs where
+// num_e > 4; kOne's expert `one`) planned on the device into sentinel-filled buffers, against the
+// host's stable sort; with the workspace, or with the list of active experts (`list`, checked
+// too).
+void ExpectPlanMatchesHost(const PlanCase& c, uint32_t seed, const std::set<int32_t>& empty,
+                           int32_t one, bool list) {
+  SCOPED_TRACE(::testing::Message()
+               << "tokens " << c.tokens << " top_k " << c.top_k << " experts " << c.num_e);
+  std::mt19937 rng(seed);
+  const auto experts = Route(c.tokens, c.top_k, c.num_e, c.mode, rng,
+                             c.num_e > 4 ? empty : std::set<int32_t>{}, one);
+  const HostPlan want = PlanOnHost(experts, c.top_k, c.num_e);
+  const size_t pairs = experts.size();
+  auto d_experts = UploadRaw(experts);
+  auto d_offsets = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
+  auto d_row_token = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -7));
+  auto d_pair_row = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -9));
+  cuda::DeviceBuffer d_ws, d_active;
+  if (list) {
+    d_active = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
+  } else {
+    const int64_t ws_ints = kc::MoePlanWorkspaceInts(c.tokens, c.top_k, c.num_e);
+    d_ws = UploadRaw(std::vector<int32_t>(std::max<int64_t>(ws_ints, 1), 0));
+  }
+  kc::MoePlanParams p = PlanParams(d_experts, c.tokens, c.top_k, c.num_e, d_offsets, d_row_token,
+                                   d_pair_row, list ? &d_active : nullptr);
+  if (!list) p.workspace = static_cast<int32_t*>(d_ws.data());
+  ASSERT_CUDA_OK(kc::MoePlan(p, nullptr));
+  EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, c.num_e + 1), want.offsets);
+  if (list) {
+    EXPECT_EQ(DownloadRaw<int32_t>(d_active, c.num_e + 1), ActiveOnHost(want, c.num_e));
+  }
+  if (pairs > 0) {
+    EXPECT_EQ(DownloadRaw<int32_t>(d_pair_row, pairs), want.pair_row);
+    // Rows past the total are not written.
+    EXPECT_EQ(DownloadRaw<int32_t>(d_row_token, pairs), want.row_token);
+  }
+}
 
 TEST(MoePlanTest, MatchesStableHostSort) {
   SKIP_WITHOUT_GPU();
@@ -98,37 +276,9 @@ TEST(MoePlanTest, MatchesStableHostSort) {
       {33, 3, 1, Routing::kOne},         {0, 6, 256, Routing::kRandom},
   };
   for (const PlanCase& c : cases) {
-    SCOPED_TRACE(::testing::Message()
-                 << "tokens " << c.tokens << " top_k " << c.top_k << " experts " << c.num_e);
-    std::mt19937 rng(static_cast<uint32_t>(c.tokens * 31 + c.num_e));
-    const std::set<int32_t> empty = {1, static_cast<int32_t>(c.num_e) - 2};
-    const auto experts =
-        Route(c.tokens, c.top_k, c.num_e, c.mode, rng, c.num_e > 4 ? empty : std::set<int32_t>{},
-              static_cast<int32_t>(c.num_e / 2));
-    const HostPlan want = PlanOnHost(experts, c.top_k, c.num_e);
-    const size_t pairs = experts.size();
-    auto d_experts = UploadRaw(experts);
-    auto d_offsets = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
-    auto d_row_token = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -7));
-    auto d_pair_row = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -9));
-    const int64_t ws_ints = kc::MoePlanWorkspaceInts(c.tokens, c.top_k, c.num_e);
-    auto d_ws = UploadRaw(std::vector<int32_t>(std::max<int64_t>(ws_ints, 1), 0));
-    kc::MoePlanParams p;
-    p.experts = static_cast<const int32_t*>(d_experts.data());
-    p.num_tokens = c.tokens;
-    p.top_k = c.top_k;
-    p.num_experts = c.num_e;
-    p.expert_offsets = static_cast<int32_t*>(d_offsets.data());
-    p.row_token = static_cast<int32_t*>(d_row_token.data());
-    p.pair_row = static_cast<int32_t*>(d_pair_row.data());
-    p.workspace = static_cast<int32_t*>(d_ws.data());
-    ASSERT_CUDA_OK(kc::MoePlan(p, nullptr));
-    EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, c.num_e + 1), want.offsets);
-    if (pairs > 0) {
-      EXPECT_EQ(DownloadRaw<int32_t>(d_pair_row, pairs), want.pair_row);
-      // Rows past the total are not written.
-      EXPECT_EQ(DownloadRaw<int32_t>(d_row_token, pairs), want.row_token);
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectPlanMatchesHost(c, static_cast<uint32_t>(c.tokens * 31 + c.num_e),
+                                                  {1, static_cast<int32_t>(c.num_e) - 2},
+                                                  static_cast<int32_t>(c.num_e / 2), false));
   }
 }
 
@@ -142,37 +292,9 @@ TEST(MoePlanTest, WritesActiveExpertList) {
       {0, 6, 256, Routing::kRandom},     {5, 1, 1000, Routing::kRandom},
   };
   for (const PlanCase& c : cases) {
-    SCOPED_TRACE(::testing::Message()
-                 << "tokens " << c.tokens << " top_k " << c.top_k << " experts " << c.num_e);
-    std::mt19937 rng(static_cast<uint32_t>(c.tokens * 17 + c.num_e));
-    const std::set<int32_t> empty = {0, static_cast<int32_t>(c.num_e) - 1};
-    const auto experts =
-        Route(c.tokens, c.top_k, c.num_e, c.mode, rng, c.num_e > 4 ? empty : std::set<int32_t>{},
-              static_cast<int32_t>(c.num_e / 3));
-    const HostPlan want = PlanOnHost(experts, c.top_k, c.num_e);
-    const auto want_list = ActiveOnHost(want, c.num_e);
-    const size_t pairs = experts.size();
-    auto d_experts = UploadRaw(experts);
-    auto d_offsets = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
-    auto d_row_token = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -7));
-    auto d_pair_row = UploadRaw(std::vector<int32_t>(std::max<size_t>(pairs, 1), -9));
-    auto d_active = UploadRaw(std::vector<int32_t>(c.num_e + 1, -5));
-    kc::MoePlanParams p;
-    p.experts = static_cast<const int32_t*>(d_experts.data());
-    p.num_tokens = c.tokens;
-    p.top_k = c.top_k;
-    p.num_experts = c.num_e;
-    p.expert_offsets = static_cast<int32_t*>(d_offsets.data());
-    p.row_token = static_cast<int32_t*>(d_row_token.data());
-    p.pair_row = static_cast<int32_t*>(d_pair_row.data());
-    p.active_experts = static_cast<int32_t*>(d_active.data());
-    ASSERT_CUDA_OK(kc::MoePlan(p, nullptr));
-    EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, c.num_e + 1), want.offsets);
-    EXPECT_EQ(DownloadRaw<int32_t>(d_active, c.num_e + 1), want_list);
-    if (pairs > 0) {
-      EXPECT_EQ(DownloadRaw<int32_t>(d_pair_row, pairs), want.pair_row);
-      EXPECT_EQ(DownloadRaw<int32_t>(d_row_token, pairs), want.row_token);
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectPlanMatchesHost(c, static_cast<uint32_t>(c.tokens * 17 + c.num_e),
+                                                  {0, static_cast<int32_t>(c.num_e) - 1},
+                                                  static_cast<int32_t>(c.num_e / 3), true));
   }
 }
 
@@ -215,7 +337,6 @@ TEST_P(MoeGroupedGemmTest, MatchesHostReference) {
         Route(c.tokens, c.top_k, c.num_e, c.mode, rng, {2, 5}, static_cast<int32_t>(c.num_e / 2));
     const HostPlan plan = PlanOnHost(experts, c.top_k, c.num_e);
     const int64_t max_rows = c.max_rows > 0 ? c.max_rows : c.tokens * c.top_k;
-    const int64_t rows = plan.rows();
     const int64_t ldx = c.k + 8, ldy = c.n + 8;
     const int64_t x_rows = gather ? c.tokens : max_rows;
     const auto x = RoundTo(DType::kBF16, Random(x_rows * ldx, rng));
@@ -225,43 +346,17 @@ TEST_P(MoeGroupedGemmTest, MatchesHostReference) {
     auto d_offsets = UploadRaw(plan.offsets);
     auto d_row_token = UploadRaw(plan.row_token);
     auto d_y = Poisoned(max_rows * ldy, out_dtype);
-    kc::GroupedGemmParams p;
-    p.x = d_x.data();
-    p.ldx = ldx;
+    kc::GroupedGemmParams p =
+        GemmParams(d_x.data(), ldx, d_w.data(), static_cast<const int32_t*>(d_offsets.data()),
+                   c.num_e, c.n, c.k, max_rows, d_y.data(), ldy, out_dtype);
     p.row_token = gather ? static_cast<const int32_t*>(d_row_token.data()) : nullptr;
-    p.w = d_w.data();
-    p.expert_offsets = static_cast<const int32_t*>(d_offsets.data());
-    p.num_experts = c.num_e;
-    p.n = c.n;
-    p.k = c.k;
-    p.max_rows = max_rows;
-    p.y = d_y.data();
-    p.ldy = ldy;
-    p.out_dtype = out_dtype;
     ASSERT_CUDA_OK(kc::GroupedGemm(p, nullptr));
     const auto y = Download(d_y, max_rows * ldy, out_dtype);
 
-    std::vector<float> got, want;
-    for (int64_t e = 0; e < c.num_e; ++e) {
-      for (int64_t r = plan.offsets[e]; r < plan.offsets[e + 1]; ++r) {
-        const float* xr = x.data() + (gather ? plan.row_token[r] : r) * ldx;
-        for (int64_t col = 0; col < c.n; ++col) {
-          const float* wr = w.data() + (e * c.n + col) * c.k;
-          double s = 0;
-          for (int64_t i = 0; i < c.k; ++i) s += double{xr[i]} * wr[i];
-          want.push_back(static_cast<float>(s));
-          got.push_back(y[r * ldy + col]);
-        }
-      }
-    }
-    EXPECT_LT(RelError(got, want), Tolerance(out_dtype));
+    const GemmCheck check = CheckGroupedGemm(x, ldx, w, plan, gather, c.n, c.k, y, max_rows, ldy);
+    EXPECT_LT(RelError(check.got, check.want), Tolerance(out_dtype));
     // Rows past the total and the padding columns stay untouched.
-    int64_t touched = 0;
-    for (int64_t r = 0; r < max_rows; ++r) {
-      for (int64_t col = r < rows ? c.n : 0; col < ldy; ++col)
-        touched += !std::isnan(y[r * ldy + col]);
-    }
-    EXPECT_EQ(touched, 0);
+    EXPECT_EQ(check.touched, 0);
   }
 }
 
@@ -278,18 +373,9 @@ TEST(MoeGroupedGemmEdgeTest, NoRowsWritesNothing) {
     auto d_w = Upload(std::vector<float>(num_e * n * k, 1.0f), DType::kBF16);
     auto d_offsets = UploadRaw(std::vector<int32_t>(num_e + 1, 0));
     auto d_y = Poisoned(max_rows * n, DType::kF32);
-    kc::GroupedGemmParams p;
-    p.x = d_x.data();
-    p.ldx = k;
-    p.w = d_w.data();
-    p.expert_offsets = static_cast<const int32_t*>(d_offsets.data());
-    p.num_experts = num_e;
-    p.n = n;
-    p.k = k;
-    p.max_rows = max_rows;
-    p.y = d_y.data();
-    p.ldy = n;
-    p.out_dtype = DType::kF32;
+    kc::GroupedGemmParams p =
+        GemmParams(d_x.data(), k, d_w.data(), static_cast<const int32_t*>(d_offsets.data()), num_e,
+                   n, k, max_rows, d_y.data(), n, DType::kF32);
     ASSERT_CUDA_OK(kc::GroupedGemm(p, nullptr));
     const auto y = Download(d_y, max_rows * n, DType::kF32);
     EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }));
@@ -337,68 +423,28 @@ TEST_P(MoeGroupedGemmListTest, MatchesHostReference) {
       ASSERT_EQ(ActiveOnHost(plan, c.num_e).back(), c.num_e);
     }
     const int64_t max_rows = c.tokens * c.top_k;
-    const int64_t rows = plan.rows();
     const int64_t ldx = c.k + 8, ldy = c.n + 8;
     const int64_t x_rows = gather ? c.tokens : max_rows;
     const auto x = RoundTo(DType::kBF16, Random(x_rows * ldx, rng));
     const auto w = RoundTo(DType::kBF16, Random(c.num_e * c.n * c.k, rng, 0.1f));
     auto d_x = Upload(x, DType::kBF16);
     auto d_w = Upload(w, DType::kBF16);
-    auto d_experts = UploadRaw(experts);
-    auto d_offsets = Poisoned(c.num_e + 1, DType::kF32);
-    auto d_row_token = Poisoned(max_rows, DType::kF32);
-    auto d_pair_row = Poisoned(max_rows, DType::kF32);
-    auto d_active = Poisoned(c.num_e + 1, DType::kF32);
+    DevicePlan d = PoisonedPlan(experts, c.tokens, c.top_k, c.num_e, true);
     auto d_y = Poisoned(max_rows * ldy, out_dtype);
-    kc::MoePlanParams mp;
-    mp.experts = static_cast<const int32_t*>(d_experts.data());
-    mp.num_tokens = c.tokens;
-    mp.top_k = c.top_k;
-    mp.num_experts = c.num_e;
-    mp.expert_offsets = static_cast<int32_t*>(d_offsets.data());
-    mp.row_token = static_cast<int32_t*>(d_row_token.data());
-    mp.pair_row = static_cast<int32_t*>(d_pair_row.data());
-    mp.active_experts = static_cast<int32_t*>(d_active.data());
+    const kc::MoePlanParams& mp = d.params;
     ASSERT_CUDA_OK(kc::MoePlan(mp, nullptr));
-    ASSERT_EQ(DownloadRaw<int32_t>(d_offsets, c.num_e + 1), plan.offsets);
-    kc::GroupedGemmParams p;
-    p.x = d_x.data();
-    p.ldx = ldx;
+    ASSERT_EQ(DownloadRaw<int32_t>(d.offsets, c.num_e + 1), plan.offsets);
+    kc::GroupedGemmParams p = GemmParams(d_x.data(), ldx, d_w.data(), mp.expert_offsets, c.num_e,
+                                         c.n, c.k, max_rows, d_y.data(), ldy, out_dtype);
     p.row_token = gather ? mp.row_token : nullptr;
-    p.w = d_w.data();
-    p.expert_offsets = mp.expert_offsets;
     p.active_experts = mp.active_experts;
-    p.num_experts = c.num_e;
-    p.n = c.n;
-    p.k = c.k;
-    p.max_rows = max_rows;
-    p.y = d_y.data();
-    p.ldy = ldy;
-    p.out_dtype = out_dtype;
     ASSERT_CUDA_OK(kc::GroupedGemm(p, nullptr));
     const auto y = Download(d_y, max_rows * ldy, out_dtype);
 
-    std::vector<float> got, want;
-    for (int64_t e = 0; e < c.num_e; ++e) {
-      for (int64_t r = plan.offsets[e]; r < plan.offsets[e + 1]; ++r) {
-        const float* xr = x.data() + (gather ? plan.row_token[r] : r) * ldx;
-        for (int64_t col = 0; col < c.n; ++col) {
-          const float* wr = w.data() + (e * c.n + col) * c.k;
-          double s = 0;
-          for (int64_t i = 0; i < c.k; ++i) s += double{xr[i]} * wr[i];
-          want.push_back(static_cast<float>(s));
-          got.push_back(y[r * ldy + col]);
-        }
-      }
-    }
-    ASSERT_FALSE(want.empty());
-    EXPECT_LT(RelError(got, want), Tolerance(out_dtype));
-    int64_t touched = 0;
-    for (int64_t r = 0; r < max_rows; ++r) {
-      for (int64_t col = r < rows ? c.n : 0; col < ldy; ++col)
-        touched += !std::isnan(y[r * ldy + col]);
-    }
-    EXPECT_EQ(touched, 0);
+    const GemmCheck check = CheckGroupedGemm(x, ldx, w, plan, gather, c.n, c.k, y, max_rows, ldy);
+    ASSERT_FALSE(check.want.empty());
+    EXPECT_LT(RelError(check.got, check.want), Tolerance(out_dtype));
+    EXPECT_EQ(check.touched, 0);
   }
 }
 
@@ -417,19 +463,10 @@ TEST(MoeGroupedGemmEdgeTest, ListWithNoRowsWritesNothing) {
   list.push_back(0);
   auto d_active = UploadRaw(list);
   auto d_y = Poisoned(max_rows * n, DType::kF32);
-  kc::GroupedGemmParams p;
-  p.x = d_x.data();
-  p.ldx = k;
-  p.w = d_w.data();
-  p.expert_offsets = static_cast<const int32_t*>(d_offsets.data());
+  kc::GroupedGemmParams p =
+      GemmParams(d_x.data(), k, d_w.data(), static_cast<const int32_t*>(d_offsets.data()), num_e, n,
+                 k, max_rows, d_y.data(), n, DType::kF32);
   p.active_experts = static_cast<const int32_t*>(d_active.data());
-  p.num_experts = num_e;
-  p.n = n;
-  p.k = k;
-  p.max_rows = max_rows;
-  p.y = d_y.data();
-  p.ldy = n;
-  p.out_dtype = DType::kF32;
   ASSERT_CUDA_OK(kc::GroupedGemm(p, nullptr));
   const auto y = Download(d_y, max_rows * n, DType::kF32);
   EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }));
@@ -503,6 +540,26 @@ INSTANTIATE_TEST_SUITE_P(MoeInAndLimit, MoeSiluMulClampTest,
 
 // ---------------------------------------------------------------------------------------------
 
+// out[t] = start[t] + Σ_j weights[t, j] · y[pair_row[t, j]] (double sums of the stored values;
+// pairs with row -1 skipped), start rows `start_ld` apart (nullptr: 0).
+std::vector<float> HostCombine(const std::vector<float>& y, int64_t ldy,
+                               const std::vector<int32_t>& pair_row,
+                               const std::vector<float>& weights, int64_t tokens, int64_t top_k,
+                               int64_t hidden, const float* start, int64_t start_ld) {
+  std::vector<float> want(tokens * hidden);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t d = 0; d < hidden; ++d) {
+      double s = start != nullptr ? start[t * start_ld + d] : 0.0;
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int32_t r = pair_row[t * top_k + j];
+        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
+      }
+      want[t * hidden + d] = static_cast<float>(s);
+    }
+  }
+  return want;
+}
+
 class MoeCombineTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
 
 TEST_P(MoeCombineTest, MatchesHostReference) {
@@ -521,30 +578,15 @@ TEST_P(MoeCombineTest, MatchesHostReference) {
   auto d_weights = Upload(weights, DType::kF32);
   auto d_shared = Upload(shared, DType::kF32);
   auto d_out = Poisoned(tokens * hidden, DType::kF32);
-  kc::MoeCombineParams p;
-  p.y = d_y.data();
-  p.y_dtype = y_dtype;
-  p.ldy = ldy;
-  p.pair_row = static_cast<const int32_t*>(d_pair_row.data());
-  p.weights = static_cast<const float*>(d_weights.data());
-  p.num_tokens = tokens;
-  p.top_k = top_k;
-  p.hidden = hidden;
+  kc::MoeCombineParams p =
+      CombineParams(d_y.data(), y_dtype, ldy, static_cast<const int32_t*>(d_pair_row.data()),
+                    static_cast<const float*>(d_weights.data()), tokens, top_k, hidden,
+                    static_cast<float*>(d_out.data()));
   p.shared = with_shared ? static_cast<const float*>(d_shared.data()) : nullptr;
-  p.out = static_cast<float*>(d_out.data());
   ASSERT_CUDA_OK(kc::MoeCombine(p, nullptr));
   const auto out = Download(d_out, tokens * hidden, DType::kF32);
-  std::vector<float> want(tokens * hidden);
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t d = 0; d < hidden; ++d) {
-      double s = with_shared ? shared[t * hidden + d] : 0.0;
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int32_t r = plan.pair_row[t * top_k + j];
-        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
-      }
-      want[t * hidden + d] = static_cast<float>(s);
-    }
-  }
+  auto want = HostCombine(y, ldy, plan.pair_row, weights, tokens, top_k, hidden,
+                          with_shared ? shared.data() : nullptr, hidden);
   // The inputs are exact on both sides; f32 sums of 7 terms.
   EXPECT_LT(RelError(out, want), 1e-6);
   if (!with_shared) return;
@@ -554,16 +596,8 @@ TEST_P(MoeCombineTest, MatchesHostReference) {
   const int64_t max_rows = tokens * top_k;
   auto y2 = RoundTo(y_dtype, Random((max_rows + tokens) * ldy, rng));
   std::copy(y.begin(), y.end(), y2.begin());
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t d = 0; d < hidden; ++d) {
-      double s = y2[(max_rows + t) * ldy + d];
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int32_t r = plan.pair_row[t * top_k + j];
-        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
-      }
-      want[t * hidden + d] = static_cast<float>(s);
-    }
-  }
+  want = HostCombine(y, ldy, plan.pair_row, weights, tokens, top_k, hidden,
+                     y2.data() + max_rows * ldy, ldy);
   auto d_y2 = Upload(y2, y_dtype);
   auto d_out2 = Poisoned(tokens * hidden, DType::kF32);
   p.y = d_y2.data();
@@ -588,29 +622,14 @@ TEST(MoeCombineEdgeTest, WideHiddenAndManyPairs) {
   auto d_pair_row = UploadRaw(plan.pair_row);
   auto d_weights = Upload(weights, DType::kF32);
   auto d_out = Poisoned(tokens * hidden, DType::kF32);
-  kc::MoeCombineParams p;
-  p.y = d_y.data();
-  p.y_dtype = DType::kF32;
-  p.ldy = ldy;
-  p.pair_row = static_cast<const int32_t*>(d_pair_row.data());
-  p.weights = static_cast<const float*>(d_weights.data());
-  p.num_tokens = tokens;
-  p.top_k = top_k;
-  p.hidden = hidden;
+  kc::MoeCombineParams p =
+      CombineParams(d_y.data(), DType::kF32, ldy, static_cast<const int32_t*>(d_pair_row.data()),
+                    static_cast<const float*>(d_weights.data()), tokens, top_k, hidden,
+                    static_cast<float*>(d_out.data()));
   p.shared_row0 = max_rows;
-  p.out = static_cast<float*>(d_out.data());
   ASSERT_CUDA_OK(kc::MoeCombine(p, nullptr));
-  std::vector<float> want(tokens * hidden);
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t d = 0; d < hidden; ++d) {
-      double s = y[(max_rows + t) * ldy + d];
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int32_t r = plan.pair_row[t * top_k + j];
-        if (r >= 0) s += double{weights[t * top_k + j]} * y[r * ldy + d];
-      }
-      want[t * hidden + d] = static_cast<float>(s);
-    }
-  }
+  const auto want = HostCombine(y, ldy, plan.pair_row, weights, tokens, top_k, hidden,
+                                y.data() + max_rows * ldy, ldy);
   EXPECT_LT(RelError(Download(d_out, tokens * hidden, DType::kF32), want), 1e-6);
 }
 
@@ -618,164 +637,32 @@ INSTANTIATE_TEST_SUITE_P(MoeYAndShared, MoeCombineTest,
                          ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
                                             ::testing::Bool()));
 
-// ---------------------------------------------------------------------------------------------
-// The whole layer after routing: plan, w13 with the gather (f32 out), clamped SwiGLU (bf16),
-// w2 (f32 out), combine with a shared-expert output; against the host (double products, the CPU
-// SiluMul, the activation rounded to bf16 as the device stores it).
-
-TEST(MoePipelineTest, MatchesHostLayer) {
-  SKIP_WITHOUT_GPU();
-  const int64_t num_e = 8, hidden = 136, inter = 72, top_k = 3;
-  const float limit = 7.0f;
-  for (const int64_t tokens : {40, 100}) {  // 120 rows: skinny; 300 rows: tiled
-    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
-    std::mt19937 rng(static_cast<uint32_t>(tokens));
-    const auto experts = Route(tokens, top_k, num_e, Routing::kRandom, rng, {6});
-    const auto weights = Random(tokens * top_k, rng, 0.3f);
-    const auto x = RoundTo(DType::kBF16, Random(tokens * hidden, rng));
-    const auto w13 = RoundTo(DType::kBF16, Random(num_e * 2 * inter * hidden, rng, 0.35f));
-    const auto w2 = RoundTo(DType::kBF16, Random(num_e * hidden * inter, rng, 0.1f));
-    const auto shared = Random(tokens * hidden, rng);
-    const int64_t max_rows = tokens * top_k;
-
-    auto d_experts = UploadRaw(experts);
-    auto d_weights = Upload(weights, DType::kF32);
-    auto d_x = Upload(x, DType::kBF16);
-    auto d_w13 = Upload(w13, DType::kBF16);
-    auto d_w2 = Upload(w2, DType::kBF16);
-    auto d_shared = Upload(shared, DType::kF32);
-    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
-    auto d_row_token = Poisoned(max_rows, DType::kF32);
-    auto d_pair_row = Poisoned(max_rows, DType::kF32);
-    auto d_gate_up = Poisoned(max_rows * 2 * inter, DType::kF32);
-    auto d_act = Poisoned(max_rows * inter, DType::kBF16);
-    auto d_y = Poisoned(max_rows * hidden, DType::kF32);
-    auto d_out = Poisoned(tokens * hidden, DType::kF32);
-    const auto* offsets = static_cast<const int32_t*>(d_offsets.data());
-
-    kc::MoePlanParams plan;
-    plan.experts = static_cast<const int32_t*>(d_experts.data());
-    plan.num_tokens = tokens;
-    plan.top_k = top_k;
-    plan.num_experts = num_e;
-    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
-    plan.row_token = static_cast<int32_t*>(d_row_token.data());
-    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
-    ASSERT_CUDA_OK(kc::MoePlan(plan, nullptr));
-    kc::GroupedGemmParams g1;
-    g1.x = d_x.data();
-    g1.ldx = hidden;
-    g1.row_token = plan.row_token;
-    g1.w = d_w13.data();
-    g1.expert_offsets = offsets;
-    g1.num_experts = num_e;
-    g1.n = 2 * inter;
-    g1.k = hidden;
-    g1.max_rows = max_rows;
-    g1.y = d_gate_up.data();
-    g1.ldy = 2 * inter;
-    g1.out_dtype = DType::kF32;
-    ASSERT_CUDA_OK(kc::GroupedGemm(g1, nullptr));
-    kc::SiluMulClampParams s;
-    s.in = d_gate_up.data();
-    s.in_dtype = DType::kF32;
-    s.ld_in = 2 * inter;
-    s.out = d_act.data();
-    s.ld_out = inter;
-    s.rows = max_rows;
-    s.inter = inter;
-    s.limit = limit;
-    s.rows_on_device = offsets + num_e;
-    ASSERT_CUDA_OK(kc::SiluMulClamp(s, nullptr));
-    kc::GroupedGemmParams g2 = g1;
-    g2.x = d_act.data();
-    g2.ldx = inter;
-    g2.row_token = nullptr;
-    g2.w = d_w2.data();
-    g2.n = hidden;
-    g2.k = inter;
-    g2.y = d_y.data();
-    g2.ldy = hidden;
-    ASSERT_CUDA_OK(kc::GroupedGemm(g2, nullptr));
-    kc::MoeCombineParams cp;
-    cp.y = d_y.data();
-    cp.y_dtype = DType::kF32;
-    cp.ldy = hidden;
-    cp.pair_row = plan.pair_row;
-    cp.weights = static_cast<const float*>(d_weights.data());
-    cp.num_tokens = tokens;
-    cp.top_k = top_k;
-    cp.hidden = hidden;
-    cp.shared = static_cast<const float*>(d_shared.data());
-    cp.out = static_cast<float*>(d_out.data());
-    ASSERT_CUDA_OK(kc::MoeCombine(cp, nullptr));
-    const auto out = Download(d_out, tokens * hidden, DType::kF32);
-
-    std::vector<double> want(shared.begin(), shared.end());
-    std::vector<float> gate(inter), up(inter), act(inter);
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t j = 0; j < top_k; ++j) {
-        const int32_t e = experts[t * top_k + j];
-        if (e < 0) continue;
-        for (int64_t i = 0; i < 2 * inter; ++i) {
-          double acc = 0;
-          for (int64_t d = 0; d < hidden; ++d) {
-            acc += double{x[t * hidden + d]} * w13[(e * 2 * inter + i) * hidden + d];
-          }
-          (i < inter ? gate[i] : up[i - inter]) = static_cast<float>(acc);
-        }
-        kernels::cpu::SiluMulParams ref;
-        ref.gate = gate.data();
-        ref.up = up.data();
-        ref.out = act.data();
-        ref.rows = 1;
-        ref.dim = inter;
-        ref.limit = limit;
-        kernels::cpu::SiluMul(ref);
-        const auto act_bf16 = RoundTo(DType::kBF16, act);
-        for (int64_t d = 0; d < hidden; ++d) {
-          double acc = 0;
-          for (int64_t i = 0; i < inter; ++i) {
-            acc += double{act_bf16[i]} * w2[(e * hidden + d) * inter + i];
-          }
-          want[t * hidden + d] += weights[t * top_k + j] * acc;
-        }
-      }
-    }
-    // The activation rounds to bf16 on both sides; an f32 gate a last bit off can round it the
-    // other way (2^-8 relative, rarely), which stays far below this bound.
-    EXPECT_LT(RelError(out, std::vector<float>(want.begin(), want.end())), 1e-3);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The layer with the shared expert fused in: plan; w13 with the gather plus the shared expert's
-// rows at max_rows; one SwiGLU over the routed rows (count on the device) and the shared rows;
-// w2 plus the shared rows; combine reading the shared rows from y. Decode (skinny, with and
-// without the list of active experts) and prefill (tiled) against the host layer. Rows of the
-// activation between the routed count and max_rows must stay untouched.
-
-struct SharedLayerRef {
+struct HostLayerRef {
   std::vector<float> out;             // [tokens, hidden]
-  std::vector<float> shared_gate_up;  // [tokens, 2 * inter], the shared expert's
+  std::vector<float> shared_gate_up;  // [tokens, 2 * inter], the shared expert's (if any)
 };
 
-// out[t] = Σ_j w[t, j] · expert_j(x[t]) + shared(x[t]); expert(x) = act(x · w13ᵀ) · w2ᵀ with the
-// activation rounded to bf16 as the device stores it.
-SharedLayerRef HostSharedLayer(const std::vector<float>& x, const std::vector<int32_t>& experts,
-                               const std::vector<float>& weights, const std::vector<float>& w13,
-                               const std::vector<float>& w2, const std::vector<float>& sw13,
-                               const std::vector<float>& sw2, int64_t tokens, int64_t top_k,
-                               int64_t hidden, int64_t inter, float limit) {
-  SharedLayerRef ref;
+// out[t] = shared_out[t] + Σ_j w[t, j] · expert_j(x[t]) + shared(x[t]); expert(x) =
+// act(x · w13ᵀ) · w2ᵀ with the activation rounded to bf16 as the device stores it; the shared
+// expert's term only where sw13 and sw2 are given, shared_out's only where it is (double sums
+// starting from it).
+HostLayerRef HostLayer(const std::vector<float>& x, const std::vector<int32_t>& experts,
+                       const std::vector<float>& weights, const std::vector<float>& w13,
+                       const std::vector<float>& w2, const std::vector<float>& sw13,
+                       const std::vector<float>& sw2, int64_t tokens, int64_t top_k, int64_t hidden,
+                       int64_t inter, float limit, const std::vector<float>& shared_out = {}) {
+  HostLayerRef ref;
   ref.out.assign(tokens * hidden, 0.0f);
   ref.shared_gate_up.assign(tokens * 2 * inter, 0.0f);
   std::vector<float> gate(inter), up(inter), act(inter);
   std::vector<double> acc_out(hidden);
   for (int64_t t = 0; t < tokens; ++t) {
-    std::fill(acc_out.begin(), acc_out.end(), 0.0);
+    for (int64_t d = 0; d < hidden; ++d) {
+      acc_out[d] = shared_out.empty() ? 0.0 : double{shared_out[t * hidden + d]};
+    }
     for (int64_t j = 0; j <= top_k; ++j) {  // j == top_k: the shared expert
       const bool sh = j == top_k;
+      if (sh && sw13.empty()) continue;
       const int32_t e = sh ? 0 : experts[t * top_k + j];
       if (e < 0) continue;
       const float* a = sh ? sw13.data() : w13.data() + e * 2 * inter * hidden;
@@ -807,6 +694,72 @@ SharedLayerRef HostSharedLayer(const std::vector<float>& x, const std::vector<in
   return ref;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The whole layer after routing: plan, w13 with the gather (f32 out), clamped SwiGLU (bf16),
+// w2 (f32 out), combine with a shared-expert output; against the host (double products, the CPU
+// SiluMul, the activation rounded to bf16 as the device stores it).
+
+TEST(MoePipelineTest, MatchesHostLayer) {
+  SKIP_WITHOUT_GPU();
+  const int64_t num_e = 8, hidden = 136, inter = 72, top_k = 3;
+  const float limit = 7.0f;
+  for (const int64_t tokens : {40, 100}) {  // 120 rows: skinny; 300 rows: tiled
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    std::mt19937 rng(static_cast<uint32_t>(tokens));
+    const auto experts = Route(tokens, top_k, num_e, Routing::kRandom, rng, {6});
+    const auto weights = Random(tokens * top_k, rng, 0.3f);
+    const auto x = RoundTo(DType::kBF16, Random(tokens * hidden, rng));
+    const auto w13 = RoundTo(DType::kBF16, Random(num_e * 2 * inter * hidden, rng, 0.35f));
+    const auto w2 = RoundTo(DType::kBF16, Random(num_e * hidden * inter, rng, 0.1f));
+    const auto shared = Random(tokens * hidden, rng);
+    const int64_t max_rows = tokens * top_k;
+
+    DevicePlan d = PoisonedPlan(experts, tokens, top_k, num_e, false);
+    auto d_weights = Upload(weights, DType::kF32);
+    auto d_x = Upload(x, DType::kBF16);
+    auto d_w13 = Upload(w13, DType::kBF16);
+    auto d_w2 = Upload(w2, DType::kBF16);
+    auto d_shared = Upload(shared, DType::kF32);
+    auto d_gate_up = Poisoned(max_rows * 2 * inter, DType::kF32);
+    auto d_act = Poisoned(max_rows * inter, DType::kBF16);
+    auto d_y = Poisoned(max_rows * hidden, DType::kF32);
+    auto d_out = Poisoned(tokens * hidden, DType::kF32);
+    const auto* offsets = static_cast<const int32_t*>(d.offsets.data());
+
+    const kc::MoePlanParams& plan = d.params;
+    ASSERT_CUDA_OK(kc::MoePlan(plan, nullptr));
+    kc::GroupedGemmParams g1 =
+        GemmParams(d_x.data(), hidden, d_w13.data(), offsets, num_e, 2 * inter, hidden, max_rows,
+                   d_gate_up.data(), 2 * inter, DType::kF32);
+    g1.row_token = plan.row_token;
+    ASSERT_CUDA_OK(kc::GroupedGemm(g1, nullptr));
+    kc::SiluMulClampParams s =
+        SwiGluParams(d_gate_up.data(), d_act.data(), max_rows, inter, limit, offsets + num_e);
+    ASSERT_CUDA_OK(kc::SiluMulClamp(s, nullptr));
+    kc::GroupedGemmParams g2 = W2Params(g1, d_act.data(), d_w2.data(), hidden, inter, d_y.data());
+    ASSERT_CUDA_OK(kc::GroupedGemm(g2, nullptr));
+    kc::MoeCombineParams cp = CombineParams(d_y.data(), DType::kF32, hidden, plan.pair_row,
+                                            static_cast<const float*>(d_weights.data()), tokens,
+                                            top_k, hidden, static_cast<float*>(d_out.data()));
+    cp.shared = static_cast<const float*>(d_shared.data());
+    ASSERT_CUDA_OK(kc::MoeCombine(cp, nullptr));
+    const auto out = Download(d_out, tokens * hidden, DType::kF32);
+
+    const HostLayerRef want = HostLayer(x, experts, weights, w13, w2, {}, {}, tokens, top_k, hidden,
+                                        inter, limit, shared);
+    // The activation rounds to bf16 on both sides; an f32 gate a last bit off can round it the
+    // other way (2^-8 relative, rarely), which stays far below this bound.
+    EXPECT_LT(RelError(out, want.out), 1e-3);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The layer with the shared expert fused in: plan; w13 with the gather plus the shared expert's
+// rows at max_rows; one SwiGLU over the routed rows (count on the device) and the shared rows;
+// w2 plus the shared rows; combine reading the shared rows from y. Decode (skinny, with and
+// without the list of active experts) and prefill (tiled) against the host layer. Rows of the
+// activation between the routed count and max_rows must stay untouched.
+
 class MoeSharedExpertTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(MoeSharedExpertTest, FusedLayerMatchesHost) {
@@ -828,92 +781,48 @@ TEST_P(MoeSharedExpertTest, FusedLayerMatchesHost) {
     const auto sw2 = RoundTo(DType::kBF16, Random(hidden * inter, rng, 0.1f));
     const int64_t max_rows = tokens * top_k, all_rows = max_rows + tokens;
 
-    auto d_experts = UploadRaw(experts);
+    DevicePlan d = PoisonedPlan(experts, tokens, top_k, num_e, true);
     auto d_weights = Upload(weights, DType::kF32);
     auto d_x = Upload(x, DType::kBF16);
     auto d_w13 = Upload(w13, DType::kBF16);
     auto d_w2 = Upload(w2, DType::kBF16);
     auto d_sw13 = Upload(sw13, DType::kBF16);
     auto d_sw2 = Upload(sw2, DType::kBF16);
-    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
-    auto d_active = Poisoned(num_e + 1, DType::kF32);
-    auto d_row_token = Poisoned(max_rows, DType::kF32);
-    auto d_pair_row = Poisoned(max_rows, DType::kF32);
     auto d_gate_up = Poisoned(all_rows * 2 * inter, DType::kF32);
     auto d_act = Poisoned(all_rows * inter, DType::kBF16);
     auto d_y = Poisoned(all_rows * hidden, DType::kF32);
     auto d_out = Poisoned(tokens * hidden, DType::kF32);
 
-    kc::MoePlanParams plan;
-    plan.experts = static_cast<const int32_t*>(d_experts.data());
-    plan.num_tokens = tokens;
-    plan.top_k = top_k;
-    plan.num_experts = num_e;
-    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
-    plan.row_token = static_cast<int32_t*>(d_row_token.data());
-    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
-    plan.active_experts = static_cast<int32_t*>(d_active.data());
+    const kc::MoePlanParams& plan = d.params;
     ASSERT_CUDA_OK(kc::MoePlan(plan, nullptr));
-    kc::GroupedGemmParams g1;
-    g1.x = d_x.data();
-    g1.ldx = hidden;
+    kc::GroupedGemmParams g1 =
+        GemmParams(d_x.data(), hidden, d_w13.data(), plan.expert_offsets, num_e, 2 * inter, hidden,
+                   max_rows, d_gate_up.data(), 2 * inter, DType::kF32);
     g1.row_token = plan.row_token;
-    g1.w = d_w13.data();
-    g1.expert_offsets = plan.expert_offsets;
     g1.active_experts = list ? plan.active_experts : nullptr;
-    g1.num_experts = num_e;
-    g1.n = 2 * inter;
-    g1.k = hidden;
-    g1.max_rows = max_rows;
-    g1.y = d_gate_up.data();
-    g1.ldy = 2 * inter;
-    g1.out_dtype = DType::kF32;
     g1.shared_w = d_sw13.data();
     g1.shared_rows = tokens;
     g1.shared_x_row0 = 0;
     ASSERT_CUDA_OK(kc::GroupedGemm(g1, nullptr));
-    kc::SiluMulClampParams s;
-    s.in = d_gate_up.data();
-    s.in_dtype = DType::kF32;
-    s.ld_in = 2 * inter;
-    s.out = d_act.data();
-    s.ld_out = inter;
-    s.rows = all_rows;
+    kc::SiluMulClampParams s = SwiGluParams(d_gate_up.data(), d_act.data(), all_rows, inter, limit,
+                                            plan.expert_offsets + num_e);
     s.fixed_rows = tokens;
-    s.inter = inter;
-    s.limit = limit;
-    s.rows_on_device = plan.expert_offsets + num_e;
     ASSERT_CUDA_OK(kc::SiluMulClamp(s, nullptr));
-    kc::GroupedGemmParams g2 = g1;
-    g2.x = d_act.data();
-    g2.ldx = inter;
-    g2.row_token = nullptr;
-    g2.w = d_w2.data();
-    g2.n = hidden;
-    g2.k = inter;
-    g2.y = d_y.data();
-    g2.ldy = hidden;
+    kc::GroupedGemmParams g2 = W2Params(g1, d_act.data(), d_w2.data(), hidden, inter, d_y.data());
     g2.shared_w = d_sw2.data();
     g2.shared_x_row0 = max_rows;
     ASSERT_CUDA_OK(kc::GroupedGemm(g2, nullptr));
-    kc::MoeCombineParams cp;
-    cp.y = d_y.data();
-    cp.y_dtype = DType::kF32;
-    cp.ldy = hidden;
-    cp.pair_row = plan.pair_row;
-    cp.weights = static_cast<const float*>(d_weights.data());
-    cp.num_tokens = tokens;
-    cp.top_k = top_k;
-    cp.hidden = hidden;
+    kc::MoeCombineParams cp = CombineParams(d_y.data(), DType::kF32, hidden, plan.pair_row,
+                                            static_cast<const float*>(d_weights.data()), tokens,
+                                            top_k, hidden, static_cast<float*>(d_out.data()));
     cp.shared_row0 = max_rows;
-    cp.out = static_cast<float*>(d_out.data());
     ASSERT_CUDA_OK(kc::MoeCombine(cp, nullptr));
     const auto out = Download(d_out, tokens * hidden, DType::kF32);
     const auto gate_up = Download(d_gate_up, all_rows * 2 * inter, DType::kF32);
     const auto act = Download(d_act, all_rows * inter, DType::kBF16);
 
-    const SharedLayerRef ref = HostSharedLayer(x, experts, weights, w13, w2, sw13, sw2, tokens,
-                                               top_k, hidden, inter, limit);
+    const HostLayerRef ref =
+        HostLayer(x, experts, weights, w13, w2, sw13, sw2, tokens, top_k, hidden, inter, limit);
     // The shared expert's gate/up rows: f32 sums of bf16 products.
     EXPECT_LT(RelError(std::vector<float>(gate_up.begin() + max_rows * 2 * inter, gate_up.end()),
                        ref.shared_gate_up),
@@ -980,38 +889,16 @@ TEST(MoeSwiGluEpilogueTest, MatchesSeparateLaunch) {
     const auto w = RoundTo(DType::kBF16, Random(num_e * n * k, rng, 0.15f));
     auto d_x = Upload(x, DType::kBF16);
     auto d_w = Upload(w, DType::kBF16);
-    auto d_experts = UploadRaw(experts);
-    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
-    auto d_active = Poisoned(num_e + 1, DType::kF32);
-    auto d_row_token = Poisoned(max_rows, DType::kF32);
-    auto d_pair_row = Poisoned(max_rows, DType::kF32);
+    DevicePlan d = PoisonedPlan(experts, tokens, top_k, num_e, true);
     auto d_gate_up = Poisoned(max_rows * n, DType::kF32);
     auto d_act = Poisoned(max_rows * n / 2, DType::kBF16);
     auto d_act2 = Poisoned(max_rows * n / 2, DType::kBF16);
-    kc::MoePlanParams plan;
-    plan.experts = static_cast<const int32_t*>(d_experts.data());
-    plan.num_tokens = tokens;
-    plan.top_k = top_k;
-    plan.num_experts = num_e;
-    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
-    plan.row_token = static_cast<int32_t*>(d_row_token.data());
-    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
-    plan.active_experts = static_cast<int32_t*>(d_active.data());
+    const kc::MoePlanParams& plan = d.params;
     ASSERT_CUDA_OK(kc::MoePlan(plan, nullptr));
-    kc::GroupedGemmParams g;
-    g.x = d_x.data();
-    g.ldx = k;
+    kc::GroupedGemmParams g = GemmParams(d_x.data(), k, d_w.data(), plan.expert_offsets, num_e, n,
+                                         k, max_rows, d_gate_up.data(), n, DType::kF32);
     g.row_token = plan.row_token;
-    g.w = d_w.data();
-    g.expert_offsets = plan.expert_offsets;
     g.active_experts = plan.active_experts;
-    g.num_experts = num_e;
-    g.n = n;
-    g.k = k;
-    g.max_rows = max_rows;
-    g.y = d_gate_up.data();
-    g.ldy = n;
-    g.out_dtype = DType::kF32;
     ASSERT_TRUE(kc::GroupedGemmTakesListPath(g));
     ASSERT_CUDA_OK(kc::GroupedGemm(g, nullptr));
     kc::SiluMulClampParams sp;
@@ -1127,16 +1014,66 @@ TEST(MoeSharedExpertEdgeTest, RejectsInvalidShared) {
 // [256, 4096, 4096], w2 [256, 4096, 2048]), top-6 of random routing; a few entries of each
 // product checked against the host.
 
+// Random routing of the timings: top_k distinct experts a token, none dropped.
+std::vector<int32_t> DistinctTopK(int64_t tokens, int64_t top_k, int64_t num_e, std::mt19937& rng) {
+  std::vector<int32_t> experts(tokens * top_k);
+  std::vector<int32_t> all(num_e);
+  std::iota(all.begin(), all.end(), 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::shuffle(all.begin(), all.end(), rng);
+    std::copy_n(all.begin(), top_k, experts.begin() + t * top_k);
+  }
+  return experts;
+}
+
+int64_t ActiveCount(const HostPlan& h) {
+  int64_t active = 0;
+  for (size_t e = 0; e + 1 < h.offsets.size(); ++e) active += h.offsets[e + 1] > h.offsets[e];
+  return active;
+}
+
+// A device buffer of `bytes`; with `seed`, n = bytes / 2 bf16 values FillRandom(seed, scale).
+void AllocDevice(cuda::DeviceBuffer* b, size_t bytes) {
+  auto a = cuda::DeviceBuffer::Allocate(bytes);
+  ASSERT_TRUE(a.ok());
+  *b = std::move(*a);
+}
+void AllocRandomBf16(cuda::DeviceBuffer* b, int64_t n, uint64_t seed, float scale) {
+  ASSERT_NO_FATAL_FAILURE(AllocDevice(b, n * 2));
+  ASSERT_CUDA_OK(kc::FillRandom(b->data(), DType::kBF16, n, seed, scale, nullptr));
+}
+
+// ms per launch: launch() twice to warm up, then `iters` times between two events on `stream`.
+double TimeMs(const cuda::Stream& stream, const cuda::Event& start, const cuda::Event& end,
+              int iters, const std::function<int()>& launch) {
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(launch(), 0);
+  EXPECT_TRUE(start.Record(stream).ok());
+  for (int i = 0; i < iters; ++i) EXPECT_EQ(launch(), 0);
+  EXPECT_TRUE(end.Record(stream).ok());
+  EXPECT_TRUE(end.Synchronize().ok());
+  const auto ms = cuda::Event::ElapsedMs(start, end);
+  EXPECT_TRUE(ms.ok());
+  return ms.ok() ? *ms / iters : 0.0;
+}
+
+// Σ_i x[i] · w[i] over k bf16 values read from the device at element offsets x_at and w_at
+// (a double sum), for the timings' spot checks.
+void DeviceBf16Dot(const cuda::DeviceBuffer& x, int64_t x_at, const cuda::DeviceBuffer& w,
+                   int64_t w_at, int64_t k, double* dot) {
+  std::vector<uint16_t> xr(k), wr(k);
+  ASSERT_STATUS_OK(x.CopyToHost(xr.data(), k * 2, x_at * 2));
+  ASSERT_STATUS_OK(w.CopyToHost(wr.data(), k * 2, w_at * 2));
+  double acc = 0;
+  for (int64_t i = 0; i < k; ++i) acc += double{Bf16ToF32(xr[i])} * Bf16ToF32(wr[i]);
+  *dot = acc;
+}
+
 TEST(MoeTiming, V4FlashGroupedGemm) {
   SKIP_WITHOUT_GPU();
   const int64_t num_e = 256, hidden = 4096, inter = 2048, top_k = 6;
-  auto d_w13 = cuda::DeviceBuffer::Allocate(num_e * 2 * inter * hidden * 2);
-  auto d_w2 = cuda::DeviceBuffer::Allocate(num_e * hidden * inter * 2);
-  ASSERT_TRUE(d_w13.ok() && d_w2.ok());
-  ASSERT_CUDA_OK(
-      kc::FillRandom(d_w13->data(), DType::kBF16, num_e * 2 * inter * hidden, 1, 0.03f, nullptr));
-  ASSERT_CUDA_OK(
-      kc::FillRandom(d_w2->data(), DType::kBF16, num_e * hidden * inter, 2, 0.03f, nullptr));
+  cuda::DeviceBuffer d_w13, d_w2;
+  ASSERT_NO_FATAL_FAILURE(AllocRandomBf16(&d_w13, num_e * 2 * inter * hidden, 1, 0.03f));
+  ASSERT_NO_FATAL_FAILURE(AllocRandomBf16(&d_w2, num_e * hidden * inter, 2, 0.03f));
   auto stream = cuda::Stream::Create();
   ASSERT_TRUE(stream.ok());
   auto start = cuda::Event::Create(true), end = cuda::Event::Create(true);
@@ -1145,81 +1082,35 @@ TEST(MoeTiming, V4FlashGroupedGemm) {
   for (const int64_t tokens : {1, 64, 4096}) {
     SCOPED_TRACE(::testing::Message() << tokens << " tokens");
     std::mt19937 rng(static_cast<uint32_t>(tokens));
-    std::vector<int32_t> experts(tokens * top_k);
-    std::vector<int32_t> all(num_e);
-    std::iota(all.begin(), all.end(), 0);
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::shuffle(all.begin(), all.end(), rng);
-      std::copy_n(all.begin(), top_k, experts.begin() + t * top_k);
-    }
+    const auto experts = DistinctTopK(tokens, top_k, num_e, rng);
     const HostPlan host = PlanOnHost(experts, top_k, num_e);
-    int64_t active = 0;
-    for (int64_t e = 0; e < num_e; ++e) active += host.offsets[e + 1] > host.offsets[e];
+    const int64_t active = ActiveCount(host);
     const int64_t rows = tokens * top_k;
-    auto d_experts = UploadRaw(experts);
-    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
-    auto d_row_token = Poisoned(rows, DType::kF32);
-    auto d_pair_row = Poisoned(rows, DType::kF32);
-    auto d_active = Poisoned(num_e + 1, DType::kF32);
-    auto d_x = cuda::DeviceBuffer::Allocate(tokens * hidden * 2);
-    auto d_act = cuda::DeviceBuffer::Allocate(rows * inter * 2);
-    auto d_gate_up = cuda::DeviceBuffer::Allocate(rows * 2 * inter * 2);
-    auto d_y = cuda::DeviceBuffer::Allocate(rows * hidden * 4);
-    ASSERT_TRUE(d_x.ok() && d_act.ok() && d_gate_up.ok() && d_y.ok());
-    ASSERT_CUDA_OK(kc::FillRandom(d_x->data(), DType::kBF16, tokens * hidden, 3, 1.0f, nullptr));
-    ASSERT_CUDA_OK(kc::FillRandom(d_act->data(), DType::kBF16, rows * inter, 4, 1.0f, nullptr));
+    DevicePlan d = PoisonedPlan(experts, tokens, top_k, num_e, true);
+    cuda::DeviceBuffer d_x, d_act, d_gate_up, d_y;
+    ASSERT_NO_FATAL_FAILURE(AllocRandomBf16(&d_x, tokens * hidden, 3, 1.0f));
+    ASSERT_NO_FATAL_FAILURE(AllocRandomBf16(&d_act, rows * inter, 4, 1.0f));
+    ASSERT_NO_FATAL_FAILURE(AllocDevice(&d_gate_up, rows * 2 * inter * 2));
+    ASSERT_NO_FATAL_FAILURE(AllocDevice(&d_y, rows * hidden * 4));
     ASSERT_STATUS_OK(cuda::Synchronize());
 
-    kc::MoePlanParams plan;
-    plan.experts = static_cast<const int32_t*>(d_experts.data());
-    plan.num_tokens = tokens;
-    plan.top_k = top_k;
-    plan.num_experts = num_e;
-    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
-    plan.row_token = static_cast<int32_t*>(d_row_token.data());
-    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
-    plan.active_experts = static_cast<int32_t*>(d_active.data());
-    kc::GroupedGemmParams g1;
-    g1.x = d_x->data();
-    g1.ldx = hidden;
+    const kc::MoePlanParams& plan = d.params;
+    kc::GroupedGemmParams g1 =
+        GemmParams(d_x.data(), hidden, d_w13.data(), plan.expert_offsets, num_e, 2 * inter, hidden,
+                   rows, d_gate_up.data(), 2 * inter, DType::kBF16);
     g1.row_token = plan.row_token;
-    g1.w = d_w13->data();
-    g1.expert_offsets = plan.expert_offsets;
-    g1.num_experts = num_e;
-    g1.n = 2 * inter;
-    g1.k = hidden;
-    g1.max_rows = rows;
-    g1.y = d_gate_up->data();
-    g1.ldy = 2 * inter;
-    g1.out_dtype = DType::kBF16;
-    kc::GroupedGemmParams g2 = g1;
-    g2.x = d_act->data();
-    g2.ldx = inter;
-    g2.row_token = nullptr;
-    g2.w = d_w2->data();
-    g2.n = hidden;
-    g2.k = inter;
-    g2.y = d_y->data();
-    g2.ldy = hidden;
+    kc::GroupedGemmParams g2 = W2Params(g1, d_act.data(), d_w2.data(), hidden, inter, d_y.data());
     g2.out_dtype = DType::kF32;
     void* s = stream->get();
 
-    auto time_ms = [&](auto&& launch) -> double {
-      const int iters = tokens >= 1024 ? 5 : 20;
-      for (int i = 0; i < 2; ++i) EXPECT_EQ(launch(), 0);
-      EXPECT_TRUE(start->Record(*stream).ok());
-      for (int i = 0; i < iters; ++i) EXPECT_EQ(launch(), 0);
-      EXPECT_TRUE(end->Record(*stream).ok());
-      EXPECT_TRUE(end->Synchronize().ok());
-      const auto ms = cuda::Event::ElapsedMs(*start, *end);
-      EXPECT_TRUE(ms.ok());
-      return ms.ok() ? *ms / iters : 0.0;
+    auto time_ms = [&](const std::function<int()>& launch) {
+      return TimeMs(*stream, *start, *end, tokens >= 1024 ? 5 : 20, launch);
     };
     const double plan_ms = time_ms([&] { return kc::MoePlan(plan, s); });
     const double g1_ms = time_ms([&] { return kc::GroupedGemm(g1, s); });
     const double g2_ms = time_ms([&] { return kc::GroupedGemm(g2, s); });
     ASSERT_STATUS_OK(stream->Synchronize());
-    EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, num_e + 1), host.offsets);
+    EXPECT_EQ(DownloadRaw<int32_t>(d.offsets, num_e + 1), host.offsets);
     auto report = [&](const char* name, const kc::GroupedGemmParams& g, double ms, int64_t in_b,
                       int64_t out_b) {
       const double bytes = double(active) * g.n * g.k * 2 + double(in_b) + double(out_b);
@@ -1243,17 +1134,14 @@ TEST(MoeTiming, V4FlashGroupedGemm) {
       ASSERT_STATUS_OK(cuda::Synchronize());
       std::vector<float> got, want;
       std::uniform_int_distribution<int64_t> pick_row(0, rows - 1), pick_col(0, g.n - 1);
-      std::vector<uint16_t> xr(g.k), wr(g.k);
       const size_t elem = out == DType::kF32 ? 4 : 2;
       for (int i = 0; i < 24; ++i) {
         const int64_t r = pick_row(rng), col = pick_col(rng);
         const int64_t e = std::upper_bound(host.offsets.begin(), host.offsets.end(), r) -
                           host.offsets.begin() - 1;
         const int64_t src = g.row_token ? host.row_token[r] : r;
-        ASSERT_STATUS_OK(x.CopyToHost(xr.data(), g.k * 2, src * g.ldx * 2));
-        ASSERT_STATUS_OK(w.CopyToHost(wr.data(), g.k * 2, ((e * g.n + col) * g.k) * 2));
         double acc = 0;
-        for (int64_t i2 = 0; i2 < g.k; ++i2) acc += double{Bf16ToF32(xr[i2])} * Bf16ToF32(wr[i2]);
+        ASSERT_NO_FATAL_FAILURE(DeviceBf16Dot(x, src * g.ldx, w, (e * g.n + col) * g.k, g.k, &acc));
         want.push_back(static_cast<float>(acc));
         uint32_t v = 0;
         ASSERT_STATUS_OK(y.CopyToHost(&v, elem, (r * g.ldy + col) * elem));
@@ -1267,15 +1155,15 @@ TEST(MoeTiming, V4FlashGroupedGemm) {
       }
       EXPECT_LT(RelError(got, want), Tolerance(out));
     };
-    check(g1, *d_x, *d_w13, *d_gate_up, DType::kBF16);
-    check(g2, *d_act, *d_w2, *d_y, DType::kF32);
+    check(g1, d_x, d_w13, d_gate_up, DType::kBF16);
+    check(g2, d_act, d_w2, d_y, DType::kF32);
     if (rows > kc::GroupedGemmSkinnyMaxRows(num_e)) continue;
 
     // The decode path with the plan's list of active experts: same results as without it (up to
     // the order of the f32 sums), timed the same way.
-    EXPECT_EQ(DownloadRaw<int32_t>(d_active, num_e + 1), ActiveOnHost(host, num_e));
-    const auto gate_up_old = Download(*d_gate_up, rows * 2 * inter, DType::kBF16);
-    const auto y_old = Download(*d_y, rows * hidden, DType::kF32);
+    EXPECT_EQ(DownloadRaw<int32_t>(d.active, num_e + 1), ActiveOnHost(host, num_e));
+    const auto gate_up_old = Download(d_gate_up, rows * 2 * inter, DType::kBF16);
+    const auto y_old = Download(d_y, rows * hidden, DType::kF32);
     kc::GroupedGemmParams g1l = g1, g2l = g2;
     g1l.active_experts = plan.active_experts;
     g2l.active_experts = plan.active_experts;
@@ -1286,11 +1174,11 @@ TEST(MoeTiming, V4FlashGroupedGemm) {
     report("w2 list (f32 out)", g2l, g2l_ms, rows * inter * 2, rows * hidden * 4);
     std::printf("[ MoE V4 ] %5lld tokens: list path w13 %.2fx, w2 %.2fx the speed without it\n",
                 static_cast<long long>(tokens), g1_ms / g1l_ms, g2_ms / g2l_ms);
-    EXPECT_LT(RelError(Download(*d_gate_up, rows * 2 * inter, DType::kBF16), gate_up_old),
+    EXPECT_LT(RelError(Download(d_gate_up, rows * 2 * inter, DType::kBF16), gate_up_old),
               Tolerance(DType::kBF16));
-    EXPECT_LT(RelError(Download(*d_y, rows * hidden, DType::kF32), y_old), Tolerance(DType::kF32));
-    check(g1l, *d_x, *d_w13, *d_gate_up, DType::kBF16);
-    check(g2l, *d_act, *d_w2, *d_y, DType::kF32);
+    EXPECT_LT(RelError(Download(d_y, rows * hidden, DType::kF32), y_old), Tolerance(DType::kF32));
+    check(g1l, d_x, d_w13, d_gate_up, DType::kBF16);
+    check(g2l, d_act, d_w2, d_y, DType::kF32);
   }
 }
 
@@ -1302,18 +1190,11 @@ TEST(MoeTiming, V4FlashSublayer) {
   SKIP_WITHOUT_GPU();
   const int64_t num_e = 256, hidden = 4096, inter = 2048, top_k = 6;
   const float limit = 10.0f;
-  auto d_w13 = cuda::DeviceBuffer::Allocate(num_e * 2 * inter * hidden * 2);
-  auto d_w2 = cuda::DeviceBuffer::Allocate(num_e * hidden * inter * 2);
-  auto d_sw13 = cuda::DeviceBuffer::Allocate(2 * inter * hidden * 2);
-  auto d_sw2 = cuda::DeviceBuffer::Allocate(hidden * inter * 2);
-  ASSERT_TRUE(d_w13.ok() && d_w2.ok() && d_sw13.ok() && d_sw2.ok());
-  ASSERT_CUDA_OK(
-      kc::FillRandom(d_w13->data(), DType::kBF16, num_e * 2 * inter * hidden, 1, 0.03f, nullptr));
-  ASSERT_CUDA_OK(
-      kc::FillRandom(d_w2->data(), DType::kBF16, num_e * hidden * inter, 2, 0.03f, nullptr));
-  ASSERT_CUDA_OK(
-      kc::FillRandom(d_sw13->data(), DType::kBF16, 2 * inter * hidden, 5, 0.03f, nullptr));
-  ASSERT_CUDA_OK(kc::FillRandom(d_sw2->data(), DType::kBF16, hidden * inter, 6, 0.03f, nullptr));
+  cuda::DeviceBuffer d_w13, d_w2, d_sw13, d_sw2;
+  ASSERT_NO_FATAL_FAILURE(AllocRandomBf16(&d_w13, num_e * 2 * inter * hidden, 1, 0.03f));
+  ASSERT_NO_FATAL_FAILURE(AllocRandomBf16(&d_w2, num_e * hidden * inter, 2, 0.03f));
+  ASSERT_NO_FATAL_FAILURE(AllocRandomBf16(&d_sw13, 2 * inter * hidden, 5, 0.03f));
+  ASSERT_NO_FATAL_FAILURE(AllocRandomBf16(&d_sw2, hidden * inter, 6, 0.03f));
   auto stream = cuda::Stream::Create();
   ASSERT_TRUE(stream.ok());
   auto start = cuda::Event::Create(true), end = cuda::Event::Create(true);
@@ -1322,91 +1203,39 @@ TEST(MoeTiming, V4FlashSublayer) {
   for (const int64_t tokens : {1, 16, 64}) {
     SCOPED_TRACE(::testing::Message() << tokens << " tokens");
     std::mt19937 rng(static_cast<uint32_t>(tokens + 100));
-    std::vector<int32_t> experts(tokens * top_k);
-    std::vector<int32_t> all(num_e);
-    std::iota(all.begin(), all.end(), 0);
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::shuffle(all.begin(), all.end(), rng);
-      std::copy_n(all.begin(), top_k, experts.begin() + t * top_k);
-    }
+    const auto experts = DistinctTopK(tokens, top_k, num_e, rng);
     const HostPlan host = PlanOnHost(experts, top_k, num_e);
-    int64_t active = 0;
-    for (int64_t e = 0; e < num_e; ++e) active += host.offsets[e + 1] > host.offsets[e];
+    const int64_t active = ActiveCount(host);
     const int64_t rows = tokens * top_k, all_rows = rows + tokens;
     const auto weights = Random(tokens * top_k, rng, 0.3f);
-    auto d_experts = UploadRaw(experts);
+    DevicePlan d = PoisonedPlan(experts, tokens, top_k, num_e, true);
     auto d_weights = Upload(weights, DType::kF32);
-    auto d_offsets = Poisoned(num_e + 1, DType::kF32);
-    auto d_row_token = Poisoned(rows, DType::kF32);
-    auto d_pair_row = Poisoned(rows, DType::kF32);
-    auto d_active = Poisoned(num_e + 1, DType::kF32);
-    auto d_x = cuda::DeviceBuffer::Allocate(tokens * hidden * 2);
-    auto d_gate_up = cuda::DeviceBuffer::Allocate(all_rows * 2 * inter * 4);
-    auto d_act = cuda::DeviceBuffer::Allocate(all_rows * inter * 2);
-    auto d_y = cuda::DeviceBuffer::Allocate(all_rows * hidden * 4);
-    auto d_out = cuda::DeviceBuffer::Allocate(tokens * hidden * 4);
-    ASSERT_TRUE(d_x.ok() && d_gate_up.ok() && d_act.ok() && d_y.ok() && d_out.ok());
-    ASSERT_CUDA_OK(kc::FillRandom(d_x->data(), DType::kBF16, tokens * hidden, 3, 1.0f, nullptr));
+    cuda::DeviceBuffer d_x, d_gate_up, d_act, d_y, d_out;
+    ASSERT_NO_FATAL_FAILURE(AllocRandomBf16(&d_x, tokens * hidden, 3, 1.0f));
+    ASSERT_NO_FATAL_FAILURE(AllocDevice(&d_gate_up, all_rows * 2 * inter * 4));
+    ASSERT_NO_FATAL_FAILURE(AllocDevice(&d_act, all_rows * inter * 2));
+    ASSERT_NO_FATAL_FAILURE(AllocDevice(&d_y, all_rows * hidden * 4));
+    ASSERT_NO_FATAL_FAILURE(AllocDevice(&d_out, tokens * hidden * 4));
     ASSERT_STATUS_OK(cuda::Synchronize());
 
-    kc::MoePlanParams plan;
-    plan.experts = static_cast<const int32_t*>(d_experts.data());
-    plan.num_tokens = tokens;
-    plan.top_k = top_k;
-    plan.num_experts = num_e;
-    plan.expert_offsets = static_cast<int32_t*>(d_offsets.data());
-    plan.row_token = static_cast<int32_t*>(d_row_token.data());
-    plan.pair_row = static_cast<int32_t*>(d_pair_row.data());
-    plan.active_experts = static_cast<int32_t*>(d_active.data());
-    kc::GroupedGemmParams g1;
-    g1.x = d_x->data();
-    g1.ldx = hidden;
+    const kc::MoePlanParams& plan = d.params;
+    kc::GroupedGemmParams g1 =
+        GemmParams(d_x.data(), hidden, d_w13.data(), plan.expert_offsets, num_e, 2 * inter, hidden,
+                   rows, d_gate_up.data(), 2 * inter, DType::kF32);
     g1.row_token = plan.row_token;
-    g1.w = d_w13->data();
-    g1.expert_offsets = plan.expert_offsets;
     g1.active_experts = plan.active_experts;
-    g1.num_experts = num_e;
-    g1.n = 2 * inter;
-    g1.k = hidden;
-    g1.max_rows = rows;
-    g1.y = d_gate_up->data();
-    g1.ldy = 2 * inter;
-    g1.out_dtype = DType::kF32;
-    g1.shared_w = d_sw13->data();
+    g1.shared_w = d_sw13.data();
     g1.shared_rows = tokens;
-    kc::SiluMulClampParams sp;
-    sp.in = d_gate_up->data();
-    sp.in_dtype = DType::kF32;
-    sp.ld_in = 2 * inter;
-    sp.out = d_act->data();
-    sp.ld_out = inter;
-    sp.rows = all_rows;
+    kc::SiluMulClampParams sp = SwiGluParams(d_gate_up.data(), d_act.data(), all_rows, inter, limit,
+                                             plan.expert_offsets + num_e);
     sp.fixed_rows = tokens;
-    sp.inter = inter;
-    sp.limit = limit;
-    sp.rows_on_device = plan.expert_offsets + num_e;
-    kc::GroupedGemmParams g2 = g1;
-    g2.x = d_act->data();
-    g2.ldx = inter;
-    g2.row_token = nullptr;
-    g2.w = d_w2->data();
-    g2.n = hidden;
-    g2.k = inter;
-    g2.y = d_y->data();
-    g2.ldy = hidden;
-    g2.shared_w = d_sw2->data();
+    kc::GroupedGemmParams g2 = W2Params(g1, d_act.data(), d_w2.data(), hidden, inter, d_y.data());
+    g2.shared_w = d_sw2.data();
     g2.shared_x_row0 = rows;
-    kc::MoeCombineParams cp;
-    cp.y = d_y->data();
-    cp.y_dtype = DType::kF32;
-    cp.ldy = hidden;
-    cp.pair_row = plan.pair_row;
-    cp.weights = static_cast<const float*>(d_weights.data());
-    cp.num_tokens = tokens;
-    cp.top_k = top_k;
-    cp.hidden = hidden;
+    kc::MoeCombineParams cp = CombineParams(d_y.data(), DType::kF32, hidden, plan.pair_row,
+                                            static_cast<const float*>(d_weights.data()), tokens,
+                                            top_k, hidden, static_cast<float*>(d_out.data()));
     cp.shared_row0 = rows;
-    cp.out = static_cast<float*>(d_out->data());
     void* s = stream->get();
     auto layer = [&] {
       int rc = kc::MoePlan(plan, s);
@@ -1416,16 +1245,8 @@ TEST(MoeTiming, V4FlashSublayer) {
       if (rc == 0) rc = kc::MoeCombine(cp, s);
       return rc;
     };
-    auto time_us = [&](auto&& launch) -> double {
-      const int iters = 20;
-      for (int i = 0; i < 2; ++i) EXPECT_EQ(launch(), 0);
-      EXPECT_TRUE(start->Record(*stream).ok());
-      for (int i = 0; i < iters; ++i) EXPECT_EQ(launch(), 0);
-      EXPECT_TRUE(end->Record(*stream).ok());
-      EXPECT_TRUE(end->Synchronize().ok());
-      const auto ms = cuda::Event::ElapsedMs(*start, *end);
-      EXPECT_TRUE(ms.ok());
-      return ms.ok() ? *ms * 1e3 / iters : 0.0;
+    auto time_us = [&](const std::function<int()>& launch) {
+      return TimeMs(*stream, *start, *end, 20, launch) * 1e3;
     };
     ASSERT_EQ(layer(), 0);  // the plan and every buffer in place before the kernels run alone
     const double plan_us = time_us([&] { return kc::MoePlan(plan, s); });
@@ -1436,7 +1257,7 @@ TEST(MoeTiming, V4FlashSublayer) {
     const double layer_us = time_us(layer);
     // The decode sequence of the runner: the SwiGLU as w13's epilogue, 4 launches.
     kc::GroupedGemmParams g1e = g1;
-    g1e.y = d_act->data();
+    g1e.y = d_act.data();
     g1e.ldy = inter;
     g1e.out_dtype = DType::kBF16;
     g1e.swiglu = true;
@@ -1451,7 +1272,7 @@ TEST(MoeTiming, V4FlashSublayer) {
     };
     const double layer4_us = time_us(layer4);
     ASSERT_STATUS_OK(stream->Synchronize());
-    EXPECT_EQ(DownloadRaw<int32_t>(d_offsets, num_e + 1), host.offsets);
+    EXPECT_EQ(DownloadRaw<int32_t>(d.offsets, num_e + 1), host.offsets);
     const double experts_read = double(active + 1);
     const double w13_b = experts_read * 2 * inter * hidden * 2,
                  w2_b = experts_read * hidden * inter * 2;
@@ -1474,17 +1295,14 @@ TEST(MoeTiming, V4FlashSublayer) {
 
     // Spot checks of the shared expert's gate/up rows (f32) against the host.
     std::vector<float> got, want;
-    std::vector<uint16_t> xr(hidden), wr(hidden);
     std::uniform_int_distribution<int64_t> pick_t(0, tokens - 1), pick_c(0, 2 * inter - 1);
     for (int i = 0; i < 16; ++i) {
       const int64_t t = pick_t(rng), col = pick_c(rng);
-      ASSERT_STATUS_OK(d_x->CopyToHost(xr.data(), hidden * 2, t * hidden * 2));
-      ASSERT_STATUS_OK(d_sw13->CopyToHost(wr.data(), hidden * 2, col * hidden * 2));
       double acc = 0;
-      for (int64_t d = 0; d < hidden; ++d) acc += double{Bf16ToF32(xr[d])} * Bf16ToF32(wr[d]);
+      ASSERT_NO_FATAL_FAILURE(DeviceBf16Dot(d_x, t * hidden, d_sw13, col * hidden, hidden, &acc));
       want.push_back(static_cast<float>(acc));
       float v = 0;
-      ASSERT_STATUS_OK(d_gate_up->CopyToHost(&v, 4, ((rows + t) * 2 * inter + col) * 4));
+      ASSERT_STATUS_OK(d_gate_up.CopyToHost(&v, 4, ((rows + t) * 2 * inter + col) * 4));
       got.push_back(v);
     }
     EXPECT_LT(RelError(got, want), Tolerance(DType::kF32));

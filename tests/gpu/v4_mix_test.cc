@@ -95,6 +95,88 @@ HcHeadless RandomHcWeights(int64_t num_mix, int64_t dim, std::mt19937& rng) {
   return w;
 }
 
+// The hc weights on the device.
+struct DeviceHcWeights {
+  cuda::DeviceBuffer fn, base, scale, weight;
+};
+
+DeviceHcWeights UploadHcWeights(const HcHeadless& w) {
+  return {Upload(w.fn, DType::kF32), Upload(w.base, DType::kF32), Upload(w.scale, DType::kF32),
+          Upload(w.weight, DType::kF32)};
+}
+
+// HcPre's params over `tokens` streams with w's fn (its first copy), base, scale and norm weight,
+// the test's hc, 20 Sinkhorn iterations and eps; the other outputs and options are the caller's.
+kc::HcPreParams PreParams(const float* streams, const DeviceHcWeights& w, int64_t tokens,
+                          int64_t dim, float* post, float* comb) {
+  kc::HcPreParams p;
+  p.streams = streams;
+  p.fn = Ptr<float>(w.fn);
+  p.base = Ptr<float>(w.base);
+  p.scale = Ptr<float>(w.scale);
+  p.num_tokens = tokens;
+  p.hc = kHc;
+  p.dim = dim;
+  p.iters = 20;
+  p.hc_eps = kHcEps;
+  p.norm_eps = kNormEps;
+  p.post = post;
+  p.comb = comb;
+  p.norm_weight = Ptr<float>(w.weight);
+  return p;
+}
+
+// HcHead's params over `rows` stream rows (fn: the first hc rows of w's), normed to `dtype`.
+kc::HcHeadParams HeadParams(const float* streams, const DeviceHcWeights& w, int64_t rows,
+                            int64_t dim, void* normed, DType dtype) {
+  kc::HcHeadParams h;
+  h.streams = streams;
+  h.fn = Ptr<float>(w.fn);
+  h.base = Ptr<float>(w.base);
+  h.scale = Ptr<float>(w.scale);
+  h.rows = rows;
+  h.hc = kHc;
+  h.dim = dim;
+  h.hc_eps = kHcEps;
+  h.norm_eps = kNormEps;
+  h.norm_weight = Ptr<float>(w.weight);
+  h.normed = normed;
+  h.normed_dtype = dtype;
+  return h;
+}
+
+kc::HcPostParams PostParams(const float* streams, const float* y, const float* post,
+                            const float* comb, int64_t tokens, int64_t dim, float* out) {
+  kc::HcPostParams p;
+  p.streams = streams;
+  p.y = y;
+  p.post = post;
+  p.comb = comb;
+  p.num_tokens = tokens;
+  p.hc = kHc;
+  p.dim = dim;
+  p.out = out;
+  return p;
+}
+
+// The CPU's HcPost: new streams [tokens, hc * dim].
+std::vector<float> CpuHcPost(const std::vector<float>& streams, const std::vector<float>& y,
+                             const std::vector<float>& post, const std::vector<float>& comb,
+                             int64_t tokens, int64_t dim) {
+  std::vector<float> out(tokens * kHc * dim);
+  kcpu::HcPostParams ref;
+  ref.streams = streams.data();
+  ref.y = y.data();
+  ref.post = post.data();
+  ref.comb = comb.data();
+  ref.num_tokens = tokens;
+  ref.hc = kHc;
+  ref.dim = dim;
+  ref.out = out.data();
+  kcpu::HcPost(ref);
+  return out;
+}
+
 // A NaN-filled workspace (it needs no initialisation) of HcWorkspaceFloats floats.
 cuda::DeviceBuffer PoisonedWorkspace(int64_t tokens, int64_t dim) {
   const int64_t floats = kc::HcWorkspaceFloats(tokens, kHc, dim);
@@ -155,29 +237,15 @@ TEST_P(V4MixHcPreTest, MatchesCpu) {
   const auto want_normed = RmsNormRows(want_collapsed, n, dim, w.weight);
 
   auto d_streams = Upload(streams, DType::kF32);
-  auto d_fn = Upload(w.fn, DType::kF32);
-  auto d_base = Upload(w.base, DType::kF32);
-  auto d_scale = Upload(w.scale, DType::kF32);
-  auto d_weight = Upload(w.weight, DType::kF32);
+  const auto dw = UploadHcWeights(w);
   auto d_post = Poisoned(n * kHc, DType::kF32);
   auto d_comb = Poisoned(n * kHc * kHc, DType::kF32);
   auto d_collapsed = Poisoned(n * dim, DType::kF32);
   auto d_normed = Poisoned(n * dim, c.dtype);
-  kc::HcPreParams p;
-  p.streams = Ptr<float>(d_streams);
-  p.fn = Ptr<float>(d_fn);
-  p.base = Ptr<float>(d_base);
-  p.scale = Ptr<float>(d_scale);
-  p.num_tokens = n;
-  p.hc = kHc;
-  p.dim = dim;
+  kc::HcPreParams p =
+      PreParams(Ptr<float>(d_streams), dw, n, dim, Ptr<float>(d_post), Ptr<float>(d_comb));
   p.iters = iters;
-  p.hc_eps = kHcEps;
-  p.norm_eps = kNormEps;
-  p.post = Ptr<float>(d_post);
-  p.comb = Ptr<float>(d_comb);
   p.collapsed = c.collapsed ? Ptr<float>(d_collapsed) : nullptr;
-  p.norm_weight = Ptr<float>(d_weight);
   p.normed = c.normed ? d_normed.data() : nullptr;
   p.normed_dtype = c.dtype;
   auto d_ws = PoisonedWorkspace(c.workspace ? n : 1, dim);
@@ -252,33 +320,16 @@ TEST_P(V4MixHcPostTest, MatchesCpu) {
   const auto y = Random(n * dim, rng);
   const auto post = Random(n * kHc, rng);
   const auto comb = Random(n * kHc * kHc, rng, 0.5f);
-  std::vector<float> want(n * kHc * dim);
-  kcpu::HcPostParams ref;
-  ref.streams = streams.data();
-  ref.y = y.data();
-  ref.post = post.data();
-  ref.comb = comb.data();
-  ref.num_tokens = n;
-  ref.hc = kHc;
-  ref.dim = dim;
-  ref.out = want.data();
-  kcpu::HcPost(ref);
+  const auto want = CpuHcPost(streams, y, post, comb, n, dim);
 
   auto d_streams = Upload(streams, DType::kF32);
   auto d_y = Upload(y, DType::kF32);
   auto d_post = Upload(post, DType::kF32);
   auto d_comb = Upload(comb, DType::kF32);
   auto d_out = Poisoned(n * kHc * dim, DType::kF32);
-  kc::HcPostParams p;
-  p.streams = Ptr<float>(d_streams);
-  p.y = Ptr<float>(d_y);
-  p.post = Ptr<float>(d_post);
-  p.comb = Ptr<float>(d_comb);
-  p.num_tokens = n;
-  p.hc = kHc;
-  p.dim = dim;
-  p.out = Ptr<float>(d_out);
-  ASSERT_CUDA_OK(kc::HcPost(p, nullptr));
+  ASSERT_CUDA_OK(kc::HcPost(PostParams(Ptr<float>(d_streams), Ptr<float>(d_y), Ptr<float>(d_post),
+                                       Ptr<float>(d_comb), n, dim, Ptr<float>(d_out)),
+                            nullptr));
   // Same f32 operations up to fused multiply-adds: a few ulp.
   EXPECT_LT(RelError(Download(d_out, n * kHc * dim, DType::kF32), want), 1e-6);
 }
@@ -310,8 +361,9 @@ TEST_P(V4MixHcHeadTest, MatchesCpu) {
   const int64_t dim = c.dim, width = kHc * dim;
   std::mt19937 rng(static_cast<uint32_t>(c.stream_rows * 17 + dim));
   const auto streams = RandomStreams(c.stream_rows, dim, rng);
-  const auto w = RandomHcWeights(kHc, dim, rng);
+  auto w = RandomHcWeights(kHc, dim, rng);
   const float scale = 1.3f;
+  w.scale = {scale};  // HcHead's one scale
   // Gathered rows: every other row, last first (the logits rows of a batch).
   std::vector<int32_t> index;
   if (c.gather) {
@@ -342,25 +394,10 @@ TEST_P(V4MixHcHeadTest, MatchesCpu) {
 
   auto d_streams = Upload(streams, DType::kF32);
   auto d_index = UploadRaw(index);
-  auto d_fn = Upload(w.fn, DType::kF32);
-  auto d_base = Upload(w.base, DType::kF32);
-  auto d_scale = Upload({scale}, DType::kF32);
-  auto d_weight = Upload(w.weight, DType::kF32);
+  const auto dw = UploadHcWeights(w);
   auto d_out = Poisoned(rows * dim, c.dtype);
-  kc::HcHeadParams p;
-  p.streams = Ptr<float>(d_streams);
+  kc::HcHeadParams p = HeadParams(Ptr<float>(d_streams), dw, rows, dim, d_out.data(), c.dtype);
   p.rows_index = c.gather ? Ptr<int32_t>(d_index) : nullptr;
-  p.fn = Ptr<float>(d_fn);
-  p.base = Ptr<float>(d_base);
-  p.scale = Ptr<float>(d_scale);
-  p.rows = rows;
-  p.hc = kHc;
-  p.dim = dim;
-  p.hc_eps = kHcEps;
-  p.norm_eps = kNormEps;
-  p.norm_weight = Ptr<float>(d_weight);
-  p.normed = d_out.data();
-  p.normed_dtype = c.dtype;
   auto d_ws = PoisonedWorkspace(c.workspace ? rows : 1, dim);
   p.workspace = c.workspace ? Ptr<float>(d_ws) : nullptr;
   ASSERT_CUDA_OK(kc::HcHead(p, nullptr));
@@ -395,44 +432,17 @@ TEST(V4MixHcGraphTest, WorkspacePathReplaysEagerBits) {
   const int64_t n = 3, dim = 4096, mix = (2 + kHc) * kHc;
   std::mt19937 rng(99);
   auto d_streams = Upload(RandomStreams(n, dim, rng), DType::kF32);
-  const auto w = RandomHcWeights(mix, dim, rng);
-  auto d_fn = Upload(w.fn, DType::kF32);
-  auto d_base = Upload(w.base, DType::kF32);
-  auto d_scale = Upload(w.scale, DType::kF32);
-  auto d_weight = Upload(w.weight, DType::kF32);
+  const auto dw = UploadHcWeights(RandomHcWeights(mix, dim, rng));
   auto d_post = Poisoned(n * kHc, DType::kF32), d_comb = Poisoned(n * kHc * kHc, DType::kF32);
   auto d_normed = Poisoned(n * dim, DType::kBF16), d_head = Poisoned(n * dim, DType::kF32);
   auto d_ws = PoisonedWorkspace(n, dim);
-  kc::HcPreParams p;
-  p.streams = Ptr<float>(d_streams);
-  p.fn = Ptr<float>(d_fn);
-  p.base = Ptr<float>(d_base);
-  p.scale = Ptr<float>(d_scale);
-  p.num_tokens = n;
-  p.hc = kHc;
-  p.dim = dim;
-  p.iters = 20;
-  p.hc_eps = kHcEps;
-  p.norm_eps = kNormEps;
-  p.post = Ptr<float>(d_post);
-  p.comb = Ptr<float>(d_comb);
-  p.norm_weight = Ptr<float>(d_weight);
+  kc::HcPreParams p =
+      PreParams(Ptr<float>(d_streams), dw, n, dim, Ptr<float>(d_post), Ptr<float>(d_comb));
   p.normed = d_normed.data();
   p.normed_dtype = DType::kBF16;
   p.workspace = Ptr<float>(d_ws);
-  kc::HcHeadParams h;
-  h.streams = Ptr<float>(d_streams);
-  h.fn = Ptr<float>(d_fn);  // its first hc rows
-  h.base = Ptr<float>(d_base);
-  h.scale = Ptr<float>(d_scale);
-  h.rows = n;
-  h.hc = kHc;
-  h.dim = dim;
-  h.hc_eps = kHcEps;
-  h.norm_eps = kNormEps;
-  h.norm_weight = Ptr<float>(d_weight);
-  h.normed = d_head.data();
-  h.normed_dtype = DType::kF32;
+  // fn: its first hc rows
+  kc::HcHeadParams h = HeadParams(Ptr<float>(d_streams), dw, n, dim, d_head.data(), DType::kF32);
   h.workspace = Ptr<float>(d_ws);
 
   cudaStream_t stream;
@@ -491,7 +501,8 @@ TEST_P(V4MixHcFusedTest, PostWithPartialsMatchesSeparateBits) {
   const auto post = Random(n * kHc, rng);
   const auto comb = Random(n * kHc * kHc, rng, 0.5f);
   const auto w = RandomHcWeights(mix, dim, rng);
-  const auto hw = RandomHcWeights(kHc, dim, rng);
+  auto hw = RandomHcWeights(kHc, dim, rng);
+  hw.scale = {1.3f};  // HcHead's one scale
   std::vector<int32_t> index;
   for (int64_t r = n - 1; r >= 0; r -= 2) index.push_back(static_cast<int32_t>(r));
   const int64_t rows = static_cast<int64_t>(index.size());
@@ -499,10 +510,7 @@ TEST_P(V4MixHcFusedTest, PostWithPartialsMatchesSeparateBits) {
   auto d_streams = Upload(streams, DType::kF32);
   auto d_y = Upload(y, DType::kF32), d_y2 = Upload(y2, DType::kF32);
   auto d_post_in = Upload(post, DType::kF32), d_comb_in = Upload(comb, DType::kF32);
-  auto d_fn = Upload(w.fn, DType::kF32), d_base = Upload(w.base, DType::kF32);
-  auto d_scale = Upload(w.scale, DType::kF32), d_weight = Upload(w.weight, DType::kF32);
-  auto d_hfn = Upload(hw.fn, DType::kF32), d_hbase = Upload(hw.base, DType::kF32);
-  auto d_hscale = Upload({1.3f}, DType::kF32), d_hweight = Upload(hw.weight, DType::kF32);
+  const auto dw = UploadHcWeights(w), dhw = UploadHcWeights(hw);
   auto d_index = UploadRaw(index);
 
   // outputs: new streams, post, comb, collapsed, normed (bf16), second streams, head rows (f32)
@@ -512,32 +520,13 @@ TEST_P(V4MixHcFusedTest, PostWithPartialsMatchesSeparateBits) {
     auto d_collapsed = Poisoned(n * dim, DType::kF32), d_normed = Poisoned(n * dim, DType::kBF16);
     auto d_head = Poisoned(rows * dim, DType::kF32);
     auto d_ws = PoisonedWorkspace(n, dim);
-    kc::HcPostParams pp;
-    pp.streams = Ptr<float>(d_streams);
-    pp.y = Ptr<float>(d_y);
-    pp.post = Ptr<float>(d_post_in);
-    pp.comb = Ptr<float>(d_comb_in);
-    pp.num_tokens = n;
-    pp.hc = kHc;
-    pp.dim = dim;
-    pp.out = Ptr<float>(d_out);
-    pp.next_fn = fused ? Ptr<float>(d_fn) : nullptr;
+    kc::HcPostParams pp = PostParams(Ptr<float>(d_streams), Ptr<float>(d_y), Ptr<float>(d_post_in),
+                                     Ptr<float>(d_comb_in), n, dim, Ptr<float>(d_out));
+    pp.next_fn = fused ? Ptr<float>(dw.fn) : nullptr;
     pp.next_workspace = fused ? Ptr<float>(d_ws) : nullptr;
-    kc::HcPreParams pre;
-    pre.streams = Ptr<float>(d_out);
-    pre.fn = Ptr<float>(d_fn);
-    pre.base = Ptr<float>(d_base);
-    pre.scale = Ptr<float>(d_scale);
-    pre.num_tokens = n;
-    pre.hc = kHc;
-    pre.dim = dim;
-    pre.iters = 20;
-    pre.hc_eps = kHcEps;
-    pre.norm_eps = kNormEps;
-    pre.post = Ptr<float>(d_post);
-    pre.comb = Ptr<float>(d_comb);
+    kc::HcPreParams pre =
+        PreParams(Ptr<float>(d_out), dw, n, dim, Ptr<float>(d_post), Ptr<float>(d_comb));
     pre.collapsed = Ptr<float>(d_collapsed);
-    pre.norm_weight = Ptr<float>(d_weight);
     pre.normed = d_normed.data();
     pre.normed_dtype = DType::kBF16;
     pre.workspace = Ptr<float>(d_ws);
@@ -548,22 +537,10 @@ TEST_P(V4MixHcFusedTest, PostWithPartialsMatchesSeparateBits) {
     pp2.post = Ptr<float>(d_post);
     pp2.comb = Ptr<float>(d_comb);
     pp2.out = Ptr<float>(d_out2);
-    pp2.next_fn = fused ? Ptr<float>(d_hfn) : nullptr;
+    pp2.next_fn = fused ? Ptr<float>(dhw.fn) : nullptr;
     pp2.next_head = true;
-    kc::HcHeadParams h;
-    h.streams = Ptr<float>(d_out2);
+    kc::HcHeadParams h = HeadParams(Ptr<float>(d_out2), dhw, rows, dim, d_head.data(), DType::kF32);
     h.rows_index = Ptr<int32_t>(d_index);
-    h.fn = Ptr<float>(d_hfn);
-    h.base = Ptr<float>(d_hbase);
-    h.scale = Ptr<float>(d_hscale);
-    h.rows = rows;
-    h.hc = kHc;
-    h.dim = dim;
-    h.hc_eps = kHcEps;
-    h.norm_eps = kNormEps;
-    h.norm_weight = Ptr<float>(d_hweight);
-    h.normed = d_head.data();
-    h.normed_dtype = DType::kF32;
     h.workspace = Ptr<float>(d_ws);
     h.partials_ready = fused && kc::HcWorkspacePath(n, dim);  // as the runner sets it
     EXPECT_EQ(kc::HcPost(pp, nullptr), 0);
@@ -589,18 +566,7 @@ TEST_P(V4MixHcFusedTest, PostWithPartialsMatchesSeparateBits) {
     EXPECT_TRUE(SameBits(fused[i], separate[i])) << names[i] << ", " << n << " x " << dim;
   }
   // The new streams are HcPost's (a few ulp from the CPU's: fused multiply-adds).
-  std::vector<float> want(n * width);
-  kcpu::HcPostParams ref;
-  ref.streams = streams.data();
-  ref.y = y.data();
-  ref.post = post.data();
-  ref.comb = comb.data();
-  ref.num_tokens = n;
-  ref.hc = kHc;
-  ref.dim = dim;
-  ref.out = want.data();
-  kcpu::HcPost(ref);
-  EXPECT_LT(RelError(fused[0], want), 1e-6);
+  EXPECT_LT(RelError(fused[0], CpuHcPost(streams, y, post, comb, n, dim)), 1e-6);
 }
 
 // V4-Flash's dim, hc * dim a multiple of the 128-value slices with a stream per 8 slices (64), or
@@ -621,23 +587,11 @@ TEST(V4MixHcPartialsReady, ReadsWorkspace) {
     const int64_t dim = 64, mix = (2 + kHc) * kHc;
     std::mt19937 rng(5);
     auto d_streams = Upload(RandomStreams(n, dim, rng), DType::kF32);
-    const auto w = RandomHcWeights(mix, dim, rng);
-    auto d_fn = Upload(w.fn, DType::kF32), d_base = Upload(w.base, DType::kF32);
-    auto d_scale = Upload(w.scale, DType::kF32);
+    const auto dw = UploadHcWeights(RandomHcWeights(mix, dim, rng));
     auto d_post = Poisoned(n * kHc, DType::kF32), d_comb = Poisoned(n * kHc * kHc, DType::kF32);
     auto d_ws = PoisonedWorkspace(n, dim);
-    kc::HcPreParams p;
-    p.streams = Ptr<float>(d_streams);
-    p.fn = Ptr<float>(d_fn);
-    p.base = Ptr<float>(d_base);
-    p.scale = Ptr<float>(d_scale);
-    p.num_tokens = n;
-    p.hc = kHc;
-    p.dim = dim;
-    p.iters = 20;
-    p.hc_eps = kHcEps;
-    p.post = Ptr<float>(d_post);
-    p.comb = Ptr<float>(d_comb);
+    kc::HcPreParams p =
+        PreParams(Ptr<float>(d_streams), dw, n, dim, Ptr<float>(d_post), Ptr<float>(d_comb));
     p.workspace = Ptr<float>(d_ws);
     p.partials_ready = true;
     ASSERT_CUDA_OK(kc::HcPre(p, nullptr));
@@ -832,124 +786,6 @@ TEST(V4MixRouteHashTest, MatchesCpuAndMasksUnknownTokens) {
 }
 
 // ------------------------------------------------------------------------------------------
-struct RopeCase {
-  int64_t tokens, heads, head_dim, rotary_dim;
-  bool norm, weight, inverse;
-  int32_t offset;
-  DType dtype;
-  bool in_place;
-};
-
-std::ostream& operator<<(std::ostream& os, const RopeCase& c) {
-  return os << c.tokens << "x" << c.heads << " d" << c.head_dim << " rotary " << c.rotary_dim
-            << (c.norm ? " norm" : "") << (c.weight ? " weight" : "")
-            << (c.inverse ? " inverse" : "") << " offset " << c.offset << " " << DTypeName(c.dtype)
-            << (c.in_place ? " in place" : "");
-}
-
-class V4MixNormRopeTest : public ::testing::TestWithParam<RopeCase> {};
-
-TEST_P(V4MixNormRopeTest, MatchesCpu) {
-  SKIP_WITHOUT_GPU();
-  const RopeCase c = GetParam();
-  const int64_t n = c.tokens, h = c.heads, hd = c.head_dim, rd = c.rotary_dim, width = h * hd;
-  const int64_t x_stride = width + 6, out_stride = c.in_place ? x_stride : width + 2;
-  std::mt19937 rng(static_cast<uint32_t>(n * 3 + hd + rd));
-  const auto x = Random(n * x_stride, rng, 3.0f);
-  auto weight = Random(hd, rng, 0.2f);
-  for (auto& v : weight) v += 1.0f;
-  std::vector<float> inv_freq(rd / 2);
-  for (int64_t i = 0; i < rd / 2; ++i) {
-    inv_freq[i] = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(rd));
-  }
-  std::vector<int32_t> positions(n), shifted(n);
-  for (int64_t t = 0; t < n; ++t) {
-    positions[t] = t % 3 == 0 ? static_cast<int32_t>(t) : static_cast<int32_t>(rng() % 200000);
-    shifted[t] = positions[t] + c.offset;
-  }
-
-  std::vector<float> want(n * width);
-  for (int64_t t = 0; t < n; ++t)
-    std::copy_n(x.begin() + t * x_stride, width, want.begin() + t * width);
-  if (c.norm) {
-    kcpu::RmsNormParams r;
-    r.x = want.data();
-    r.weight = c.weight ? weight.data() : nullptr;
-    r.out = want.data();
-    r.rows = n * h;
-    r.dim = hd;
-    r.eps = kNormEps;
-    kcpu::RmsNorm(r);
-  }
-  if (rd > 0) {
-    kcpu::RopeParams r;
-    r.x = want.data();
-    r.rows = n;
-    r.num_heads = h;
-    r.head_dim = hd;
-    r.rotary_dim = rd;
-    r.rotary_offset = hd - rd;
-    r.positions = shifted.data();
-    r.inv_freq = inv_freq.data();
-    r.interleaved = true;
-    r.inverse = c.inverse;
-    kcpu::Rope(r);
-  }
-
-  auto d_x = Upload(x, DType::kF32);
-  auto d_out = Poisoned(n * out_stride, c.dtype);
-  auto d_weight = Upload(weight, DType::kF32);
-  auto d_freq = Upload(inv_freq, DType::kF32);
-  auto d_pos = UploadRaw(positions);
-  kc::NormRopeParams p;
-  p.x = Ptr<float>(d_x);
-  p.x_stride = x_stride;
-  p.out = c.in_place ? d_x.data() : d_out.data();
-  p.out_stride = out_stride;
-  p.out_dtype = c.dtype;
-  p.num_tokens = n;
-  p.num_heads = h;
-  p.head_dim = hd;
-  p.norm = c.norm;
-  p.norm_weight = c.weight ? Ptr<float>(d_weight) : nullptr;
-  p.eps = kNormEps;
-  p.rotary_dim = rd;
-  p.inv_freq = rd > 0 ? Ptr<float>(d_freq) : nullptr;
-  p.positions = Ptr<int32_t>(d_pos);
-  p.position_offset = c.offset;
-  p.inverse = c.inverse;
-  ASSERT_CUDA_OK(kc::NormRope(p, nullptr));
-  const auto all = Download(c.in_place ? d_x : d_out, n * out_stride, c.dtype);
-  std::vector<float> got(n * width);
-  for (int64_t t = 0; t < n; ++t) {
-    std::copy_n(all.begin() + t * out_stride, width, got.begin() + t * width);
-    for (int64_t i = width; i < out_stride; ++i) {
-      // Columns past the heads are left alone (the input's there when in place, else poison).
-      if (c.in_place) {
-        ASSERT_EQ(all[t * out_stride + i], x[t * x_stride + i]) << c;
-      } else {
-        ASSERT_TRUE(std::isnan(all[t * out_stride + i])) << c;
-      }
-    }
-  }
-  EXPECT_LT(RelError(got, want), Tolerance(c.dtype)) << c;
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Cases, V4MixNormRopeTest,
-    ::testing::Values(RopeCase{7, 3, 64, 64, true, true, false, 0, DType::kF32, true},
-                      RopeCase{17, 4, 512, 64, true, true, false, 5, DType::kBF16, false},
-                      RopeCase{5, 2, 128, 0, true, false, false, 0, DType::kF32, false},
-                      RopeCase{9, 3, 96, 32, false, false, true, -3, DType::kF32, true},
-                      RopeCase{33, 8, 512, 64, true, false, true, 0, DType::kBF16, false},
-                      RopeCase{3, 1, 62, 30, true, true, false, 7, DType::kF32, false},
-                      RopeCase{40, 2, 512, 64, false, false, false, 1000, DType::kF32, false}));
-
-// ------------------------------------------------------------------------------------------
-// NormRopeBatch: jobs of every kind (the layer's q norm to bf16, the key in place, q heads and
-// indexer queries in place, an odd shape, a row longer than the register-held 1024 dims, a job
-// with no heads) over one input buffer with a stride, in two launches, against the CPU and
-// against one NormRope launch per job (the same bits).
 struct RopeJob {
   int64_t heads, head_dim, rotary_dim;
   bool norm, weight, inverse;
@@ -991,6 +827,126 @@ std::vector<float> CpuNormRope(std::vector<float> rows, int64_t n, const RopeJob
   return rows;
 }
 
+// interleaved-rotary inverse frequencies 10000^(-2i / rotary_dim), i < rotary_dim / 2.
+std::vector<float> InvFreq(int64_t rotary_dim) {
+  std::vector<float> f(rotary_dim / 2);
+  for (int64_t i = 0; i < rotary_dim / 2; ++i) {
+    f[i] = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+  }
+  return f;
+}
+
+// Columns [col, col + width) of n rows `stride` apart, packed [n, width].
+std::vector<float> PackRows(const std::vector<float>& v, int64_t n, int64_t stride, int64_t col,
+                            int64_t width) {
+  std::vector<float> out(n * width);
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy_n(v.begin() + t * stride + col, width, out.begin() + t * width);
+  }
+  return out;
+}
+
+// NormRope's params for job j over n tokens (the weight and frequencies passed only where j uses
+// them).
+kc::NormRopeParams RopeParams(const RopeJob& j, int64_t n, const float* x, int64_t x_stride,
+                              void* out, int64_t out_stride, const float* weight,
+                              const float* inv_freq, const int32_t* positions) {
+  kc::NormRopeParams p;
+  p.x = x;
+  p.x_stride = x_stride;
+  p.out = out;
+  p.out_stride = out_stride;
+  p.out_dtype = j.dtype;
+  p.num_tokens = n;
+  p.num_heads = j.heads;
+  p.head_dim = j.head_dim;
+  p.norm = j.norm;
+  p.norm_weight = j.weight ? weight : nullptr;
+  p.eps = kNormEps;
+  p.rotary_dim = j.rotary_dim;
+  p.inv_freq = j.rotary_dim > 0 ? inv_freq : nullptr;
+  p.positions = positions;
+  p.position_offset = j.offset;
+  p.inverse = j.inverse;
+  return p;
+}
+
+struct RopeCase {
+  int64_t tokens, heads, head_dim, rotary_dim;
+  bool norm, weight, inverse;
+  int32_t offset;
+  DType dtype;
+  bool in_place;
+  RopeJob job() const {
+    return {heads, head_dim, rotary_dim, norm, weight, inverse, offset, dtype, in_place};
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const RopeCase& c) {
+  return os << c.tokens << "x" << c.heads << " d" << c.head_dim << " rotary " << c.rotary_dim
+            << (c.norm ? " norm" : "") << (c.weight ? " weight" : "")
+            << (c.inverse ? " inverse" : "") << " offset " << c.offset << " " << DTypeName(c.dtype)
+            << (c.in_place ? " in place" : "");
+}
+
+class V4MixNormRopeTest : public ::testing::TestWithParam<RopeCase> {};
+
+TEST_P(V4MixNormRopeTest, MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const RopeCase c = GetParam();
+  const int64_t n = c.tokens, h = c.heads, hd = c.head_dim, rd = c.rotary_dim, width = h * hd;
+  const int64_t x_stride = width + 6, out_stride = c.in_place ? x_stride : width + 2;
+  std::mt19937 rng(static_cast<uint32_t>(n * 3 + hd + rd));
+  const auto x = Random(n * x_stride, rng, 3.0f);
+  auto weight = Random(hd, rng, 0.2f);
+  for (auto& v : weight) v += 1.0f;
+  const auto inv_freq = InvFreq(rd);
+  std::vector<int32_t> positions(n);
+  for (int64_t t = 0; t < n; ++t) {
+    positions[t] = t % 3 == 0 ? static_cast<int32_t>(t) : static_cast<int32_t>(rng() % 200000);
+  }
+  const auto want =
+      CpuNormRope(PackRows(x, n, x_stride, 0, width), n, c.job(), weight, inv_freq, positions);
+
+  auto d_x = Upload(x, DType::kF32);
+  auto d_out = Poisoned(n * out_stride, c.dtype);
+  auto d_weight = Upload(weight, DType::kF32);
+  auto d_freq = Upload(inv_freq, DType::kF32);
+  auto d_pos = UploadRaw(positions);
+  ASSERT_CUDA_OK(kc::NormRope(
+      RopeParams(c.job(), n, Ptr<float>(d_x), x_stride, c.in_place ? d_x.data() : d_out.data(),
+                 out_stride, Ptr<float>(d_weight), Ptr<float>(d_freq), Ptr<int32_t>(d_pos)),
+      nullptr));
+  const auto all = Download(c.in_place ? d_x : d_out, n * out_stride, c.dtype);
+  const auto got = PackRows(all, n, out_stride, 0, width);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = width; i < out_stride; ++i) {
+      // Columns past the heads are left alone (the input's there when in place, else poison).
+      if (c.in_place) {
+        ASSERT_EQ(all[t * out_stride + i], x[t * x_stride + i]) << c;
+      } else {
+        ASSERT_TRUE(std::isnan(all[t * out_stride + i])) << c;
+      }
+    }
+  }
+  EXPECT_LT(RelError(got, want), Tolerance(c.dtype)) << c;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, V4MixNormRopeTest,
+    ::testing::Values(RopeCase{7, 3, 64, 64, true, true, false, 0, DType::kF32, true},
+                      RopeCase{17, 4, 512, 64, true, true, false, 5, DType::kBF16, false},
+                      RopeCase{5, 2, 128, 0, true, false, false, 0, DType::kF32, false},
+                      RopeCase{9, 3, 96, 32, false, false, true, -3, DType::kF32, true},
+                      RopeCase{33, 8, 512, 64, true, false, true, 0, DType::kBF16, false},
+                      RopeCase{3, 1, 62, 30, true, true, false, 7, DType::kF32, false},
+                      RopeCase{40, 2, 512, 64, false, false, false, 1000, DType::kF32, false}));
+
+// ------------------------------------------------------------------------------------------
+// NormRopeBatch: jobs of every kind (the layer's q norm to bf16, the key in place, q heads and
+// indexer queries in place, an odd shape, a row longer than the register-held 1024 dims, a job
+// with no heads) over one input buffer with a stride, in two launches, against the CPU and
+// against one NormRope launch per job (the same bits).
 class V4MixNormRopeBatchTest : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(V4MixNormRopeBatchTest, MatchesCpuAndSingleJobs) {
@@ -1029,11 +985,8 @@ TEST_P(V4MixNormRopeBatchTest, MatchesCpuAndSingleJobs) {
     const RopeJob& j = all[i];
     weights[i] = Random(j.head_dim, rng, 0.2f);
     for (auto& v : weights[i]) v += 1.0f;
+    freqs[i] = InvFreq(j.rotary_dim);
     freqs[i].resize(std::max<int64_t>(j.rotary_dim / 2, 1));
-    for (int64_t k = 0; k < j.rotary_dim / 2; ++k) {
-      freqs[i][k] =
-          1.0f / std::pow(10000.0f, static_cast<float>(2 * k) / static_cast<float>(j.rotary_dim));
-    }
     d_weights.push_back(Upload(weights[i], DType::kF32));
     d_freqs.push_back(Upload(freqs[i], DType::kF32));
   }
@@ -1056,24 +1009,10 @@ TEST_P(V4MixNormRopeBatchTest, MatchesCpuAndSingleJobs) {
   Buffers batched = make(), single = make();
   auto params = [&](Buffers& b, size_t i) {
     const RopeJob& j = all[i];
-    kc::NormRopeParams p;
-    p.x = Ptr<float>(b.x) + col[i];
-    p.x_stride = x_stride;
-    p.out = j.in_place ? static_cast<void*>(Ptr<float>(b.x) + col[i]) : b.out[i].data();
-    p.out_stride = out_stride(i);
-    p.out_dtype = j.dtype;
-    p.num_tokens = n;
-    p.num_heads = j.heads;
-    p.head_dim = j.head_dim;
-    p.norm = j.norm;
-    p.norm_weight = j.weight ? Ptr<float>(d_weights[i]) : nullptr;
-    p.eps = kNormEps;
-    p.rotary_dim = j.rotary_dim;
-    p.inv_freq = j.rotary_dim > 0 ? Ptr<float>(d_freqs[i]) : nullptr;
-    p.positions = Ptr<int32_t>(d_pos);
-    p.position_offset = j.offset;
-    p.inverse = j.inverse;
-    return p;
+    float* x_col = Ptr<float>(b.x) + col[i];
+    return RopeParams(j, n, x_col, x_stride,
+                      j.in_place ? static_cast<void*>(x_col) : b.out[i].data(), out_stride(i),
+                      Ptr<float>(d_weights[i]), Ptr<float>(d_freqs[i]), Ptr<int32_t>(d_pos));
   };
   size_t first = 0;
   for (const auto& l : launches) {
@@ -1090,20 +1029,15 @@ TEST_P(V4MixNormRopeBatchTest, MatchesCpuAndSingleJobs) {
     const RopeJob& j = all[i];
     const int64_t width = j.heads * j.head_dim, os = out_stride(i);
     if (width == 0) continue;
-    std::vector<float> in(n * width);
-    for (int64_t t = 0; t < n; ++t) {
-      std::copy_n(x.begin() + t * x_stride + col[i], width, in.begin() + t * width);
-    }
-    const auto want = CpuNormRope(in, n, j, weights[i], freqs[i], positions);
+    const auto want =
+        CpuNormRope(PackRows(x, n, x_stride, col[i], width), n, j, weights[i], freqs[i], positions);
     std::vector<float> all_out = j.in_place ? got_x : Download(batched.out[i], n * os, j.dtype);
     if (!j.in_place) {
       EXPECT_TRUE(SameBits(all_out, Download(single.out[i], n * os, j.dtype))) << n << " job " << i;
     }
-    const int64_t c0 = j.in_place ? col[i] : 0;
-    std::vector<float> got(n * width);
-    for (int64_t t = 0; t < n; ++t) {
-      std::copy_n(all_out.begin() + t * os + c0, width, got.begin() + t * width);
-      if (!j.in_place) {
+    const auto got = PackRows(all_out, n, os, j.in_place ? col[i] : 0, width);
+    if (!j.in_place) {
+      for (int64_t t = 0; t < n; ++t) {
         for (int64_t k = width; k < os; ++k) ASSERT_TRUE(std::isnan(all_out[t * os + k])) << i;
       }
     }
@@ -1150,72 +1084,86 @@ TEST(V4MixNormRopeBatchLimits, RejectsBadBatches) {
 }
 
 // ------------------------------------------------------------------------------------------
+// Timings at V4-Flash's width. Buffers of uninitialised (or FillRandom) device memory.
+constexpr int64_t kFlashDim = 4096;
+constexpr int kFnCopies = 48;
+
+cuda::DeviceBuffer Alloc(size_t bytes) {
+  auto b = cuda::DeviceBuffer::Allocate(bytes);
+  EXPECT_TRUE(b.ok());
+  return std::move(*b);
+}
+
+// V4-Flash's HcPre weights for the timings: kFnCopies copies of a random fn (72 MB, so that fn
+// comes from HBM as it does across the layers; FnCopy picks one), random base, unit norm weight.
+void MakeFlashHcWeights(DeviceHcWeights* w) {
+  const int64_t mix = (2 + kHc) * kHc, width = kHc * kFlashDim;
+  w->fn = Alloc(static_cast<size_t>(kFnCopies) * mix * width * 4);
+  ASSERT_CUDA_OK(
+      kc::FillRandom(w->fn.data(), DType::kF32, kFnCopies * mix * width, 3, 0.01f, nullptr));
+  std::mt19937 rng(1);
+  w->base = Upload(Random(mix, rng, 0.5f), DType::kF32);
+  w->scale = Upload({0.8f, 1.3f, 1.7f}, DType::kF32);
+  w->weight = Upload(std::vector<float>(kFlashDim, 1.0f), DType::kF32);
+}
+
+const float* FnCopy(const DeviceHcWeights& w, int i) {
+  const int64_t fn_floats = (2 + kHc) * kHc * kHc * kFlashDim;
+  return Ptr<float>(w.fn) + static_cast<int64_t>(i % kFnCopies) * fn_floats;
+}
+
+// µs per rep of body(i) (i < reps) captured once in a CUDA graph on `stream` and replayed.
+double TimeGraph(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, int reps,
+                 const std::function<int(int)>& body) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), 0);
+  int err = 0;
+  for (int i = 0; i < reps && err == 0; ++i) err = body(i);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), 0);
+  EXPECT_EQ(err, 0);
+  if (err != 0) return -1.0;
+  EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), 0);
+  for (int w = 0; w < 3; ++w) EXPECT_EQ(cudaGraphLaunch(exec, stream), 0);
+  const int launches = 20;
+  EXPECT_EQ(cudaEventRecord(start, stream), 0);
+  for (int w = 0; w < launches; ++w) EXPECT_EQ(cudaGraphLaunch(exec, stream), 0);
+  EXPECT_EQ(cudaEventRecord(stop, stream), 0);
+  EXPECT_EQ(cudaEventSynchronize(stop), 0);
+  float ms = 0;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, stop), 0);
+  EXPECT_EQ(cudaGraphExecDestroy(exec), 0);
+  EXPECT_EQ(cudaGraphDestroy(graph), 0);
+  return 1000.0 * ms / (launches * reps);
+}
+
+// ------------------------------------------------------------------------------------------
 // Times HcPre (normed bf16 output, the sublayer's input) + HcPost and HcHead at V4-Flash's width,
 // with and without a workspace (the decode path up to 64 tokens), cycling through 48 copies of
 // fn (72 MB) so that fn comes from HBM as it does across the layers.
 TEST(V4MixPerf, HcPrePostTimes) {
   SKIP_WITHOUT_GPU();
-  const int64_t dim = 4096, width = kHc * dim, mix = (2 + kHc) * kHc, max_tokens = 4096;
-  const int copies = 48;
-  auto alloc = [](size_t bytes) {
-    auto b = cuda::DeviceBuffer::Allocate(bytes);
-    EXPECT_TRUE(b.ok());
-    return std::move(*b);
-  };
-  auto streams = alloc(max_tokens * width * 4), out = alloc(max_tokens * width * 4);
-  auto fn = alloc(static_cast<size_t>(copies) * mix * width * 4);
-  auto y = alloc(max_tokens * dim * 4), normed = alloc(max_tokens * dim * 2);
-  auto post = alloc(max_tokens * kHc * 4), comb = alloc(max_tokens * kHc * kHc * 4);
-  auto ws = alloc(kc::HcWorkspaceFloats(max_tokens, kHc, dim) * 4);
+  const int64_t dim = kFlashDim, width = kHc * dim, max_tokens = 4096;
+  DeviceHcWeights w;
+  ASSERT_NO_FATAL_FAILURE(MakeFlashHcWeights(&w));
+  auto streams = Alloc(max_tokens * width * 4), out = Alloc(max_tokens * width * 4);
+  auto y = Alloc(max_tokens * dim * 4), normed = Alloc(max_tokens * dim * 2);
+  auto post = Alloc(max_tokens * kHc * 4), comb = Alloc(max_tokens * kHc * kHc * 4);
+  auto ws = Alloc(kc::HcWorkspaceFloats(max_tokens, kHc, dim) * 4);
   ASSERT_CUDA_OK(kc::FillRandom(streams.data(), DType::kF32, max_tokens * width, 1, 1.0f, nullptr));
   ASSERT_CUDA_OK(kc::FillRandom(y.data(), DType::kF32, max_tokens * dim, 2, 1.0f, nullptr));
-  ASSERT_CUDA_OK(kc::FillRandom(fn.data(), DType::kF32, copies * mix * width, 3, 0.01f, nullptr));
-  std::mt19937 rng(1);
-  auto base = Upload(Random(mix, rng, 0.5f), DType::kF32);
-  auto scale = Upload({0.8f, 1.3f, 1.7f}, DType::kF32);
-  std::vector<float> ones(dim, 1.0f);
-  auto weight = Upload(ones, DType::kF32);
   cudaEvent_t start, stop;
   ASSERT_CUDA_OK(cudaEventCreate(&start));
   ASSERT_CUDA_OK(cudaEventCreate(&stop));
   for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{4096}}) {
-    kc::HcPreParams pre;
-    pre.streams = Ptr<float>(streams);
-    pre.base = Ptr<float>(base);
-    pre.scale = Ptr<float>(scale);
-    pre.num_tokens = tokens;
-    pre.hc = kHc;
-    pre.dim = dim;
-    pre.iters = 20;
-    pre.hc_eps = kHcEps;
-    pre.post = Ptr<float>(post);
-    pre.comb = Ptr<float>(comb);
-    pre.norm_weight = Ptr<float>(weight);
+    kc::HcPreParams pre =
+        PreParams(Ptr<float>(streams), w, tokens, dim, Ptr<float>(post), Ptr<float>(comb));
     pre.normed = normed.data();
     pre.normed_dtype = DType::kBF16;
-    kc::HcPostParams pp;
-    pp.streams = Ptr<float>(streams);
-    pp.y = Ptr<float>(y);
-    pp.post = Ptr<float>(post);
-    pp.comb = Ptr<float>(comb);
-    pp.num_tokens = tokens;
-    pp.hc = kHc;
-    pp.dim = dim;
-    pp.out = Ptr<float>(out);
-    auto fn_copy = [&](int i) {
-      return Ptr<float>(fn) + static_cast<int64_t>(i % copies) * mix * width;
-    };
-    kc::HcHeadParams head;
-    head.streams = Ptr<float>(streams);
-    head.base = Ptr<float>(base);
-    head.scale = Ptr<float>(scale);
-    head.rows = tokens;
-    head.hc = kHc;
-    head.dim = dim;
-    head.hc_eps = kHcEps;
-    head.norm_weight = Ptr<float>(weight);
-    head.normed = normed.data();
-    head.normed_dtype = DType::kBF16;
+    const kc::HcPostParams pp = PostParams(Ptr<float>(streams), Ptr<float>(y), Ptr<float>(post),
+                                           Ptr<float>(comb), tokens, dim, Ptr<float>(out));
+    kc::HcHeadParams head =
+        HeadParams(Ptr<float>(streams), w, tokens, dim, normed.data(), DType::kBF16);
     const int iters = tokens >= 1024 ? 20 : 200;
     // 0: pre, 1: post, 2: both, 3: pre with workspace, 4: both with workspace, 5: head,
     // 6: head with workspace.
@@ -1228,8 +1176,8 @@ TEST(V4MixPerf, HcPrePostTimes) {
         if (i == 5) {
           ASSERT_CUDA_OK(cudaEventRecord(start, nullptr));
         }
-        pre.fn = fn_copy(i);
-        head.fn = fn_copy(i);  // its first hc rows
+        pre.fn = FnCopy(w, i);
+        head.fn = FnCopy(w, i);  // its first hc rows
         if (which == 5 || which == 6) {
           ASSERT_CUDA_OK(kc::HcHead(head, nullptr));
           continue;
@@ -1260,7 +1208,7 @@ TEST(V4MixPerf, HcPrePostTimes) {
   }
   // The router at V4-Flash's 256 experts, top 6.
   for (int64_t tokens : {int64_t{1}, int64_t{64}, int64_t{8192}}) {
-    auto logits = alloc(tokens * 256 * 4), ex = alloc(tokens * 6 * 4), wt = alloc(tokens * 6 * 4);
+    auto logits = Alloc(tokens * 256 * 4), ex = Alloc(tokens * 6 * 4), wt = Alloc(tokens * 6 * 4);
     ASSERT_CUDA_OK(kc::FillRandom(logits.data(), DType::kF32, tokens * 256, 4, 3.0f, nullptr));
     kc::RouteParams r;
     r.logits = Ptr<float>(logits);
@@ -1297,29 +1245,21 @@ TEST(V4MixPerf, HcPrePostTimes) {
 // two NormRopeBatch launches RunLayer makes; at 4,096 tokens also the bandwidth they reach.
 TEST(V4MixPerf, DecodeGraphTimes) {
   SKIP_WITHOUT_GPU();
-  const int64_t dim = 4096, width = kHc * dim, mix = (2 + kHc) * kHc, max_tokens = 4096;
+  const int64_t dim = kFlashDim, width = kHc * dim, max_tokens = 4096;
   const int64_t q_rank = 1024, hd = 512, heads = 64, ih = 64, id = 128, rd = 64;
   const int64_t x_cols = q_rank + hd + 64, q_cols = heads * hd + ih * id;
-  const int copies = 48, reps = 48;
-  auto alloc = [](size_t bytes) {
-    auto b = cuda::DeviceBuffer::Allocate(bytes);
-    EXPECT_TRUE(b.ok());
-    return std::move(*b);
-  };
-  auto streams = alloc(64 * width * 4), normed = alloc(64 * dim * 2);
-  auto fn = alloc(static_cast<size_t>(copies) * mix * width * 4);
-  auto post = alloc(64 * kHc * 4), comb = alloc(64 * kHc * kHc * 4);
-  auto ws = alloc(kc::HcWorkspaceFloats(64, kHc, dim) * 4);
-  auto x = alloc(max_tokens * x_cols * 4), q = alloc(max_tokens * q_cols * 4);
-  auto qr = alloc(max_tokens * q_rank * 2);
+  const int reps = 48;
+  DeviceHcWeights w;
+  ASSERT_NO_FATAL_FAILURE(MakeFlashHcWeights(&w));
+  auto streams = Alloc(64 * width * 4), normed = Alloc(64 * dim * 2);
+  auto post = Alloc(64 * kHc * 4), comb = Alloc(64 * kHc * kHc * 4);
+  auto ws = Alloc(kc::HcWorkspaceFloats(64, kHc, dim) * 4);
+  auto x = Alloc(max_tokens * x_cols * 4), q = Alloc(max_tokens * q_cols * 4);
+  auto qr = Alloc(max_tokens * q_rank * 2);
   ASSERT_CUDA_OK(kc::FillRandom(streams.data(), DType::kF32, 64 * width, 1, 1.0f, nullptr));
-  ASSERT_CUDA_OK(kc::FillRandom(fn.data(), DType::kF32, copies * mix * width, 3, 0.01f, nullptr));
   ASSERT_CUDA_OK(kc::FillRandom(x.data(), DType::kF32, max_tokens * x_cols, 4, 1.0f, nullptr));
   ASSERT_CUDA_OK(kc::FillRandom(q.data(), DType::kF32, max_tokens * q_cols, 5, 1.0f, nullptr));
-  std::mt19937 rng(1);
-  auto base = Upload(Random(mix, rng, 0.5f), DType::kF32);
-  auto scale = Upload({0.8f, 1.3f, 1.7f}, DType::kF32);
-  auto weight = Upload(std::vector<float>(dim, 1.0f), DType::kF32);
+  const float* weight = Ptr<float>(w.weight);
   std::vector<float> inv_freq(rd / 2);
   for (int64_t i = 0; i < rd / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rd);
   auto d_freq = Upload(inv_freq, DType::kF32);
@@ -1331,66 +1271,24 @@ TEST(V4MixPerf, DecodeGraphTimes) {
   cudaEvent_t start, stop;
   ASSERT_CUDA_OK(cudaEventCreate(&start));
   ASSERT_CUDA_OK(cudaEventCreate(&stop));
-  // µs per rep of body(i) (i < reps) captured once and replayed.
-  auto time_graph = [&](const std::function<int(int)>& body) -> double {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), 0);
-    int err = 0;
-    for (int i = 0; i < reps && err == 0; ++i) err = body(i);
-    EXPECT_EQ(cudaStreamEndCapture(stream, &graph), 0);
-    EXPECT_EQ(err, 0);
-    if (err != 0) return -1.0;
-    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), 0);
-    for (int w = 0; w < 3; ++w) EXPECT_EQ(cudaGraphLaunch(exec, stream), 0);
-    const int launches = 20;
-    EXPECT_EQ(cudaEventRecord(start, stream), 0);
-    for (int w = 0; w < launches; ++w) EXPECT_EQ(cudaGraphLaunch(exec, stream), 0);
-    EXPECT_EQ(cudaEventRecord(stop, stream), 0);
-    EXPECT_EQ(cudaEventSynchronize(stop), 0);
-    float ms = 0;
-    EXPECT_EQ(cudaEventElapsedTime(&ms, start, stop), 0);
-    EXPECT_EQ(cudaGraphExecDestroy(exec), 0);
-    EXPECT_EQ(cudaGraphDestroy(graph), 0);
-    return 1000.0 * ms / (launches * reps);
-  };
-  auto fn_copy = [&](int i) {
-    return Ptr<float>(fn) + static_cast<int64_t>(i % copies) * mix * width;
+  auto time_graph = [&](const std::function<int(int)>& body) {
+    return TimeGraph(stream, start, stop, reps, body);
   };
   for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}}) {
-    kc::HcPreParams pre;
-    pre.streams = Ptr<float>(streams);
-    pre.base = Ptr<float>(base);
-    pre.scale = Ptr<float>(scale);
-    pre.num_tokens = tokens;
-    pre.hc = kHc;
-    pre.dim = dim;
-    pre.iters = 20;
-    pre.hc_eps = kHcEps;
-    pre.post = Ptr<float>(post);
-    pre.comb = Ptr<float>(comb);
-    pre.norm_weight = Ptr<float>(weight);
+    kc::HcPreParams pre =
+        PreParams(Ptr<float>(streams), w, tokens, dim, Ptr<float>(post), Ptr<float>(comb));
     pre.normed = normed.data();
     pre.normed_dtype = DType::kBF16;
     pre.workspace = Ptr<float>(ws);
-    kc::HcHeadParams head;
-    head.streams = Ptr<float>(streams);
-    head.base = Ptr<float>(base);
-    head.scale = Ptr<float>(scale);
-    head.rows = tokens;
-    head.hc = kHc;
-    head.dim = dim;
-    head.hc_eps = kHcEps;
-    head.norm_weight = Ptr<float>(weight);
-    head.normed = normed.data();
-    head.normed_dtype = DType::kBF16;
+    kc::HcHeadParams head =
+        HeadParams(Ptr<float>(streams), w, tokens, dim, normed.data(), DType::kBF16);
     head.workspace = Ptr<float>(ws);
     const double pre_us = time_graph([&](int i) {
-      pre.fn = fn_copy(i);
+      pre.fn = FnCopy(w, i);
       return kc::HcPre(pre, stream);
     });
     const double head_us = time_graph([&](int i) {
-      head.fn = fn_copy(i);
+      head.fn = FnCopy(w, i);
       return kc::HcHead(head, stream);
     });
     std::printf("[V4MixPerf] graph, hc 4 dim 4096, %2lld tokens: HcPre %6.2f us, HcHead %6.2f us\n",
@@ -1407,7 +1305,7 @@ TEST(V4MixPerf, DecodeGraphTimes) {
     qn.num_heads = 1;
     qn.head_dim = q_rank;
     qn.norm = true;
-    qn.norm_weight = Ptr<float>(weight);
+    qn.norm_weight = weight;
     kc::NormRopeParams kn;
     kn.x = Ptr<float>(x) + q_rank;
     kn.x_stride = x_cols;
@@ -1417,7 +1315,7 @@ TEST(V4MixPerf, DecodeGraphTimes) {
     kn.num_heads = 1;
     kn.head_dim = hd;
     kn.norm = true;
-    kn.norm_weight = Ptr<float>(weight);
+    kn.norm_weight = weight;
     kn.rotary_dim = rd;
     kn.inv_freq = Ptr<float>(d_freq);
     kn.positions = Ptr<int32_t>(d_pos);
@@ -1463,111 +1361,51 @@ TEST(V4MixPerf, DecodeGraphTimes) {
 // against fused (HcPost writing the partials, then the finishing kernel). µs per pair.
 TEST(V4MixPerf, HcPostFusedGraphTimes) {
   SKIP_WITHOUT_GPU();
-  const int64_t dim = 4096, width = kHc * dim, mix = (2 + kHc) * kHc;
-  const int copies = 48, reps = 48;
-  auto alloc = [](size_t bytes) {
-    auto b = cuda::DeviceBuffer::Allocate(bytes);
-    EXPECT_TRUE(b.ok());
-    return std::move(*b);
-  };
-  auto streams = alloc(64 * width * 4), out = alloc(64 * width * 4), y = alloc(64 * dim * 4);
-  auto normed = alloc(64 * dim * 2);
-  auto fn = alloc(static_cast<size_t>(copies) * mix * width * 4);
-  auto post = alloc(64 * kHc * 4), comb = alloc(64 * kHc * kHc * 4);
-  auto post2 = alloc(64 * kHc * 4), comb2 = alloc(64 * kHc * kHc * 4);
-  auto ws = alloc(kc::HcWorkspaceFloats(64, kHc, dim) * 4);
+  const int64_t dim = kFlashDim, width = kHc * dim;
+  const int reps = 48;
+  DeviceHcWeights w;
+  ASSERT_NO_FATAL_FAILURE(MakeFlashHcWeights(&w));
+  auto streams = Alloc(64 * width * 4), out = Alloc(64 * width * 4), y = Alloc(64 * dim * 4);
+  auto normed = Alloc(64 * dim * 2);
+  auto post = Alloc(64 * kHc * 4), comb = Alloc(64 * kHc * kHc * 4);
+  auto post2 = Alloc(64 * kHc * 4), comb2 = Alloc(64 * kHc * kHc * 4);
+  auto ws = Alloc(kc::HcWorkspaceFloats(64, kHc, dim) * 4);
   ASSERT_CUDA_OK(kc::FillRandom(streams.data(), DType::kF32, 64 * width, 1, 1.0f, nullptr));
   ASSERT_CUDA_OK(kc::FillRandom(y.data(), DType::kF32, 64 * dim, 2, 1.0f, nullptr));
-  ASSERT_CUDA_OK(kc::FillRandom(fn.data(), DType::kF32, copies * mix * width, 3, 0.01f, nullptr));
   ASSERT_CUDA_OK(kc::FillRandom(post.data(), DType::kF32, 64 * kHc, 6, 1.0f, nullptr));
   ASSERT_CUDA_OK(kc::FillRandom(comb.data(), DType::kF32, 64 * kHc * kHc, 7, 0.5f, nullptr));
-  std::mt19937 rng(1);
-  auto base = Upload(Random(mix, rng, 0.5f), DType::kF32);
-  auto scale = Upload({0.8f, 1.3f, 1.7f}, DType::kF32);
-  auto weight = Upload(std::vector<float>(dim, 1.0f), DType::kF32);
   cudaStream_t stream;
   ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t start, stop;
   ASSERT_CUDA_OK(cudaEventCreate(&start));
   ASSERT_CUDA_OK(cudaEventCreate(&stop));
-  auto time_graph = [&](const std::function<int(int)>& body) -> double {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), 0);
-    int err = 0;
-    for (int i = 0; i < reps && err == 0; ++i) err = body(i);
-    EXPECT_EQ(cudaStreamEndCapture(stream, &graph), 0);
-    EXPECT_EQ(err, 0);
-    if (err != 0) return -1.0;
-    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), 0);
-    for (int w = 0; w < 3; ++w) EXPECT_EQ(cudaGraphLaunch(exec, stream), 0);
-    const int launches = 20;
-    EXPECT_EQ(cudaEventRecord(start, stream), 0);
-    for (int w = 0; w < launches; ++w) EXPECT_EQ(cudaGraphLaunch(exec, stream), 0);
-    EXPECT_EQ(cudaEventRecord(stop, stream), 0);
-    EXPECT_EQ(cudaEventSynchronize(stop), 0);
-    float ms = 0;
-    EXPECT_EQ(cudaEventElapsedTime(&ms, start, stop), 0);
-    EXPECT_EQ(cudaGraphExecDestroy(exec), 0);
-    EXPECT_EQ(cudaGraphDestroy(graph), 0);
-    return 1000.0 * ms / (launches * reps);
-  };
-  auto fn_copy = [&](int i) {
-    return Ptr<float>(fn) + static_cast<int64_t>(i % copies) * mix * width;
-  };
   for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{64}}) {
-    kc::HcPostParams pp;
-    pp.streams = Ptr<float>(streams);
-    pp.y = Ptr<float>(y);
-    pp.post = Ptr<float>(post);
-    pp.comb = Ptr<float>(comb);
-    pp.num_tokens = tokens;
-    pp.hc = kHc;
-    pp.dim = dim;
-    pp.out = Ptr<float>(out);
-    kc::HcPreParams pre;
-    pre.streams = Ptr<float>(out);
-    pre.base = Ptr<float>(base);
-    pre.scale = Ptr<float>(scale);
-    pre.num_tokens = tokens;
-    pre.hc = kHc;
-    pre.dim = dim;
-    pre.iters = 20;
-    pre.hc_eps = kHcEps;
-    pre.post = Ptr<float>(post2);
-    pre.comb = Ptr<float>(comb2);
-    pre.norm_weight = Ptr<float>(weight);
+    const kc::HcPostParams pp = PostParams(Ptr<float>(streams), Ptr<float>(y), Ptr<float>(post),
+                                           Ptr<float>(comb), tokens, dim, Ptr<float>(out));
+    kc::HcPreParams pre =
+        PreParams(Ptr<float>(out), w, tokens, dim, Ptr<float>(post2), Ptr<float>(comb2));
     pre.normed = normed.data();
     pre.normed_dtype = DType::kBF16;
     pre.workspace = Ptr<float>(ws);
-    kc::HcHeadParams head;
-    head.streams = Ptr<float>(out);
-    head.base = Ptr<float>(base);
-    head.scale = Ptr<float>(scale);
-    head.rows = tokens;
-    head.hc = kHc;
-    head.dim = dim;
-    head.hc_eps = kHcEps;
-    head.norm_weight = Ptr<float>(weight);
-    head.normed = normed.data();
-    head.normed_dtype = DType::kBF16;
+    kc::HcHeadParams head =
+        HeadParams(Ptr<float>(out), w, tokens, dim, normed.data(), DType::kBF16);
     head.workspace = Ptr<float>(ws);
     double us[4];
     for (int which = 0; which < 4; ++which) {
       const bool fused = which % 2 == 1, to_head = which >= 2;
-      us[which] = time_graph([&](int i) {
+      us[which] = TimeGraph(stream, start, stop, reps, [&](int i) {
         kc::HcPostParams p = pp;
-        p.next_fn = fused ? fn_copy(i) : nullptr;
+        p.next_fn = fused ? FnCopy(w, i) : nullptr;
         p.next_workspace = fused ? Ptr<float>(ws) : nullptr;
         p.next_head = to_head;
         const int e = kc::HcPost(p, stream);
         if (e != 0) return e;
         if (to_head) {
-          head.fn = fn_copy(i);
+          head.fn = FnCopy(w, i);
           head.partials_ready = fused;
           return kc::HcHead(head, stream);
         }
-        pre.fn = fn_copy(i);
+        pre.fn = FnCopy(w, i);
         pre.partials_ready = fused;
         return kc::HcPre(pre, stream);
       });
