@@ -227,33 +227,7 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
       mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
     }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
-    const float corr0 = exp2f(m0 - b0), corr1 = exp2f(m1 - b1);
-    m0 = n0;
-    m1 = n1;
-    l0 *= corr0;
-    l1 *= corr1;
-#pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      o[d][0] *= corr0;
-      o[d][1] *= corr0;
-      o[d][2] *= corr1;
-      o[d][3] *= corr1;
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - b0);
-      s[nt][1] = exp2f(s[nt][1] - b0);
-      s[nt][2] = exp2f(s[nt][2] - b1);
-      s[nt][3] = exp2f(s[nt][3] - b1);
-      l0 += s[nt][0] + s[nt][1];
-      l1 += s[nt][2] + s[nt][3];
-    }
+    OnlineSoftmaxStep(s, o, mx0, mx1, m0, m1, l0, l1);
     if constexpr (kFp8) {
       const uint32_t a[4] = {PackHalf(s[0][0], s[0][1]), PackHalf(s[0][2], s[0][3]),
                              PackHalf(s[1][0], s[1][1]), PackHalf(s[1][2], s[1][3])};

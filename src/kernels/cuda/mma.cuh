@@ -153,4 +153,60 @@ struct PagedRows {
   }
 };
 
+// Online softmax over the row pair of an mma.sync accumulator tile (rows g and g + 8, a row's
+// columns spread over the four threads of a quad), scores in log2 units. From this thread's
+// maxima mx0, mx1 of the new scores: the rows' running maxima m (updated), the bases b the new
+// scores are exponentiated against (0 for a row with no finite score yet) and the factors corr
+// that rescale the old sums l (applied here) and outputs.
+struct RowPairStep {
+  float b0, b1, corr0, corr1;
+};
+__device__ __forceinline__ RowPairStep OnlineMaxStep(float mx0, float mx1, float& m0, float& m1,
+                                                     float& l0, float& l1) {
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+  const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
+  const float corr0 = exp2f(m0 - b0), corr1 = exp2f(m1 - b1);
+  m0 = n0;
+  m1 = n1;
+  l0 *= corr0;
+  l1 *= corr1;
+  return {b0, b1, corr0, corr1};
+}
+
+// The whole step on mma.sync fragments: OnlineMaxStep, then the outputs o (kOt n tiles) rescaled
+// and the scores s (kNt n tiles) replaced by their exponentials, which add to the sums l.
+template <int kNt, int kOt>
+__device__ __forceinline__ void OnlineSoftmaxStep(float (&s)[kNt][4], float (&o)[kOt][4], float mx0,
+                                                  float mx1, float& m0, float& m1, float& l0,
+                                                  float& l1) {
+  const RowPairStep st = OnlineMaxStep(mx0, mx1, m0, m1, l0, l1);
+#pragma unroll
+  for (int d = 0; d < kOt; ++d) {
+    o[d][0] *= st.corr0;
+    o[d][1] *= st.corr0;
+    o[d][2] *= st.corr1;
+    o[d][3] *= st.corr1;
+  }
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) {
+    s[nt][0] = exp2f(s[nt][0] - st.b0);
+    s[nt][1] = exp2f(s[nt][1] - st.b0);
+    s[nt][2] = exp2f(s[nt][2] - st.b1);
+    s[nt][3] = exp2f(s[nt][3] - st.b1);
+    l0 += s[nt][0] + s[nt][1];
+    l1 += s[nt][2] + s[nt][3];
+  }
+}
+
+// The sum of x over the four threads of a quad (a row of an mma.sync accumulator).
+__device__ __forceinline__ float QuadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  return x;
+}
+
 }  // namespace dinfer::kernels::cuda

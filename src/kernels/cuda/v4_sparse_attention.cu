@@ -184,6 +184,283 @@ __global__ void WriteWindowKernel(V4SparseAttentionParams p) {
   StoreWindowKey(p, t, p.positions[t]);
 }
 
+// ---- 2. The tensor-core kernels (2a mma.sync, 2b wgmma): what they share. ----
+// A CTA's work: token t (grid x), key split `split` (grid y), heads [h_base, h_base + nh) (head
+// group grid z of `heads`), the split's keys [s_lo, s_hi) in spans rounded to `tile`.
+struct CtaWork {
+  int64_t t;
+  int split;
+  int64_t h_base;
+  int nh;
+  int pos;
+  KeyList keys;
+  int s_lo, s_hi;
+  // Fused write: split 0 of head group 0 stores the token's key (no CTA of this launch reads it
+  // from the plane), once its first tiles are in flight.
+  bool writer;
+
+  __device__ __forceinline__ CtaWork(const V4SparseAttentionParams& p, const Derived& dv, int heads,
+                                     int tile)
+      : t(blockIdx.x),
+        split(blockIdx.y),
+        h_base(static_cast<int64_t>(blockIdx.z) * heads),
+        nh(static_cast<int>(p.num_heads - h_base < heads ? p.num_heads - h_base : heads)),
+        pos(p.positions[t]),
+        keys(p, dv, t, pos) {
+    SplitRange(keys.total, dv.splits, split, tile, &s_lo, &s_hi);
+    writer = dv.fuse_write && split == 0 && blockIdx.z == 0;
+  }
+};
+
+// A tile of kTile keys (codes[0 .. kTile)) into shared memory by the CTA's kThreads threads, 16
+// bytes (8 dims) a step: chunk cc of row r to dst(r, cc). A plane's row by cp.async (zeros for a
+// masked key), the token's own key from kv, rounded as the plane stores it. kAddrFirst only
+// steers code generation: dst(r, cc) evaluated before the key's branch (the wgmma kernel: its
+// swizzled offsets stay on the uniform datapath) or in each branch (the mma.sync kernel: fewer
+// live registers, no more spills at head_dim 512).
+template <int D, int kTile, int kThreads, bool kAddrFirst, typename Dst>
+__device__ __forceinline__ void GatherTile(const V4SparseAttentionParams& p, int64_t t,
+                                           const int64_t* codes, int tid, Dst dst) {
+  for (int c = tid; c < kTile * (D / 8); c += kThreads) {
+    const int r = c / (D / 8), cc = c % (D / 8);
+    const int64_t code = codes[r];
+    void* const first = kAddrFirst ? dst(r, cc) : nullptr;
+    if (code == kOwnKey) {  // the token's own key, rounded as the plane stores it
+      const float* src = p.kv + t * p.kv_stride + cc * 8;
+      uint4 w;
+      w.x = PackBf16(src[0], src[1]);
+      w.y = PackBf16(src[2], src[3]);
+      w.z = PackBf16(src[4], src[5]);
+      w.w = PackBf16(src[6], src[7]);
+      *reinterpret_cast<uint4*>(kAddrFirst ? first : dst(r, cc)) = w;
+      continue;
+    }
+    const bool fill = code >= 0;
+    const bf16* src = static_cast<const bf16*>(p.window_kv);
+    if (fill) {
+      const bf16* plane = (code & 1) ? static_cast<const bf16*>(p.compressed)
+                                     : static_cast<const bf16*>(p.window_kv);
+      src = plane + (code >> 1) * D + cc * 8;
+    }
+    CpAsync16(kAddrFirst ? first : dst(r, cc), src, fill);
+  }
+}
+
+// Chunk c (8 dims) of Q's rows of the CTA's heads, as packed bf16 (zero past the heads).
+template <int D>
+__device__ __forceinline__ uint4 LoadQChunk(const V4SparseAttentionParams& p, const Derived& dv,
+                                            const CtaWork& cta, int c) {
+  const int r = c / (D / 8), cc = c % (D / 8);
+  float v[8] = {};
+  if (r < cta.nh) {
+    const int64_t e = cta.t * p.q_stride + (cta.h_base + r) * D + cc * 8;
+    if (p.q_dtype == DType::kF32) {
+      const float* src = static_cast<const float*>(p.q) + e;
+      if (dv.q_vec) {
+        const float4 a = *reinterpret_cast<const float4*>(src);
+        const float4 b = *reinterpret_cast<const float4*>(src + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = src[j];
+      }
+    } else {
+      const bf16* src = static_cast<const bf16*>(p.q) + e;
+      if (dv.q_vec) return *reinterpret_cast<const uint4*>(src);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(src[j]);
+    }
+  }
+  uint4 w;
+  w.x = PackBf16(v[0], v[1]);
+  w.y = PackBf16(v[2], v[3]);
+  w.z = PackBf16(v[4], v[5]);
+  w.w = PackBf16(v[6], v[7]);
+  return w;
+}
+
+// All of Q (kHeads rows of D dims) as bf16 into shared memory, chunk cc of row r to dst(r, cc):
+// kBatch chunks a thread at a time, whose loads are in flight together (no shared store between
+// them).
+template <int D, int kHeads, int kThreads, int kBatch, typename Dst>
+__device__ __forceinline__ void StageQ(const V4SparseAttentionParams& p, const Derived& dv,
+                                       const CtaWork& cta, int tid, Dst dst) {
+  constexpr int kPer = kHeads * (D / 8) / kThreads;
+  static_assert(kPer * kThreads == kHeads * (D / 8) && kPer % kBatch == 0);
+#pragma unroll
+  for (int j0 = 0; j0 < kPer; j0 += kBatch) {
+    uint4 w[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) w[j] = LoadQChunk<D>(p, dv, cta, tid + (j0 + j) * kThreads);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int c = tid + (j0 + j) * kThreads;
+      *reinterpret_cast<uint4*>(dst(c / (D / 8), c % (D / 8))) = w[j];
+    }
+  }
+}
+
+// A round of up to kRound keys from r0: their rows are looked up (selection, block tables) by all
+// threads at once into codes, so that the tiles' gathers need no global reads of their own; then
+// the gathers of the first kStages - 1 tiles, load_tile(i, buffer), are issued (a commit group
+// each).
+template <int kRound, int kThreads, int kTile, int kStages, typename LoadTile>
+__device__ __forceinline__ void BeginRound(const V4SparseAttentionParams& p, const Derived& dv,
+                                           const CtaWork& cta, int r0, int64_t* codes, int tid,
+                                           LoadTile load_tile) {
+  const int r_hi = min(cta.s_hi, r0 + kRound);
+  const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
+  __syncthreads();  // the previous round's tiles, codes (and partial S) are consumed
+  for (int k = tid; k < kRound; k += kThreads) {
+    const int key = r0 + k;
+    int64_t code = kMasked;
+    if (key < r_hi) {
+      code = dv.fuse_write && key == cta.keys.nw - 1 ? kOwnKey : cta.keys.Code(p, dv, key);
+    }
+    codes[k] = code;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_tiles) load_tile(s, s);
+    CpAsyncCommit();
+  }
+}
+
+// kVec floats from shared memory in one load (float2 or float4).
+template <int kVec>
+__device__ __forceinline__ void LoadFloats(const float* src, float (&x)[kVec]) {
+  if constexpr (kVec == 4) {
+    const float4 a = *reinterpret_cast<const float4*>(src);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+  } else {
+    static_assert(kVec == 2);
+    const float2 a = *reinterpret_cast<const float2*>(src);
+    x[0] = a.x, x[1] = a.y;
+  }
+}
+
+// The end of a tensor-core CTA for the thread's heads row0 and row0 + 8 of the CTA: their running
+// maxima m (log2 units) and the thread's parts of the sums l; pairs(e, fn) calls fn(dim, x0, x1)
+// for each pair of dims (dim, dim + 1) of head row0 + 8e that the thread holds (unnormalised);
+// `stats`: the thread writes its heads' (max, sum). Without a cluster: with one split the output
+// (sink, inverse rotary), else the normalised partial and its stats into the workspace for
+// MergeKernel. With kCluster: the partial and stats into this CTA's shared memory (so [kHeads,
+// kOLd] over Q and the tiles, sstat [kHeads, 2]); after a cluster barrier CTA `rank` merges heads
+// rank, rank + S, ... as MergeKernel does (same order, same weights; wt [its heads,
+// kMaxClusterSplits]), kVec dims an item.
+template <int D, int kThreads, int kOLd, int kVec, bool kCluster, typename Pairs>
+__device__ __forceinline__ void FinishSplit(const V4SparseAttentionParams& p, const Derived& dv,
+                                            const CtaWork& cta, int tid, int row0, bool stats,
+                                            float m0, float m1, float l0, float l1, float* so,
+                                            float* sstat, float* wt, Pairs pairs) {
+  l0 = QuadSum(l0);
+  l1 = QuadSum(l1);
+  const float mr[2] = {m0 == -INFINITY ? -INFINITY : m0 * kLn2,
+                       m1 == -INFINITY ? -INFINITY : m1 * kLn2};
+  const float lr[2] = {l0, l1};
+  if constexpr (kCluster) {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    __syncthreads();  // every warp is done with Q, the tiles (and the partial S)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = row0 + 8 * e;
+      const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
+      pairs(e, [&](int dim, float x0, float x1) {
+        *reinterpret_cast<float2*>(so + r * kOLd + dim) = make_float2(x0 * f, x1 * f);
+      });
+      if (stats) {
+        sstat[2 * r] = mr[e];
+        sstat[2 * r + 1] = lr[e];
+      }
+    }
+    cluster.sync();  // every split's output and stats are in its shared memory
+    const int S = dv.splits, rank = static_cast<int>(cluster.block_rank());
+    const int mine = rank < cta.nh ? (cta.nh - rank + S - 1) / S : 0;
+    // (The loops over splits are unrolled to kMaxClusterSplits so that the remote reads of all
+    // splits are in flight together.)
+    if (tid < mine) {
+      const int r = rank + tid * S;
+      float2 st[kMaxClusterSplits];
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S)
+          st[s] = *reinterpret_cast<const float2*>(cluster.map_shared_rank(sstat, s) + 2 * r);
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) mx = fmaxf(mx, st[s].x);
+      }
+      float sum = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          const float w = st[s].x == -INFINITY ? 0.0f : st[s].y * expf(st[s].x - mx);
+          wt[tid * kMaxClusterSplits + s] = w;
+          sum += w;
+        }
+      }
+      const float f = FinalFactor(p, cta.h_base + r, mx, sum);
+      for (int s = 0; s < S; ++s) wt[tid * kMaxClusterSplits + s] *= f;
+    }
+    __syncthreads();
+    for (int item = tid; item < mine * (D / kVec); item += kThreads) {
+      const int lh = item / (D / kVec), d0 = (item % (D / kVec)) * kVec;
+      const int r = rank + lh * S;
+      float x[kMaxClusterSplits][kVec];
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) LoadFloats(cluster.map_shared_rank(so, s) + r * kOLd + d0, x[s]);
+      }
+      float v[kVec] = {};
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < S) {
+          const float w = wt[lh * kMaxClusterSplits + s];
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) v[k] += w * x[s][k];
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kVec; k += 2) InverseRope(p, cta.pos, d0 + k, v[k], v[k + 1]);
+#pragma unroll
+      for (int k = 0; k < kVec; k += 2) {
+        StorePair(p, cta.t, cta.h_base + r, d0 + k, v[k], v[k + 1], true);
+      }
+    }
+    cluster.sync();  // the peers' shared memory stays until every CTA has read it
+  } else {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = row0 + 8 * e;
+      if (r >= cta.nh) continue;
+      const int64_t head = cta.h_base + r;
+      if (dv.splits == 1) {
+        const float f = FinalFactor(p, head, mr[e], lr[e]);
+        pairs(e, [&](int dim, float x0, float x1) {
+          float v0 = x0 * f, v1 = x1 * f;
+          InverseRope(p, cta.pos, dim, v0, v1);
+          StorePair(p, cta.t, head, dim, v0, v1, true);
+        });
+      } else {
+        const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
+        float* dst = SplitOut(p, dv.splits, cta.t, head, cta.split);
+        pairs(e, [&](int dim, float x0, float x1) {
+          *reinterpret_cast<float2*>(dst + dim) = make_float2(x0 * f, x1 * f);
+        });
+        if (stats) {
+          float* st = SplitStats(p, dv.splits, cta.t, head, cta.split);
+          st[0] = mr[e];
+          st[1] = lr[e];
+        }
+      }
+    }
+  }
+}
+
 // ---- 2a. Tensor cores: bf16 planes, head_dim 64, 128, 256 or 512. ----
 template <int D>
 struct TcConfig {
@@ -223,127 +500,34 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
   WaitForPrerequisites();
   AllowDependents();  // the next kernel may launch (it waits for this one to finish)
 
-  const int64_t t = blockIdx.x;
-  const int split = blockIdx.y;
-  const int64_t h_base = static_cast<int64_t>(blockIdx.z) * C::kHeads;
-  const int nh =
-      static_cast<int>(p.num_heads - h_base < C::kHeads ? p.num_heads - h_base : C::kHeads);
+  const CtaWork cta(p, dv, C::kHeads, kTile);
+  const int s_lo = cta.s_lo, s_hi = cta.s_hi;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c2 = (lane & 3) * 2, mat = lane >> 3;
   const int mt = warp >> 2, ds = warp & 3;
-  const int pos = p.positions[t];
-  const KeyList keys(p, dv, t, pos);
-  int s_lo, s_hi;
-  SplitRange(keys.total, dv.splits, split, kTile, &s_lo, &s_hi);
-  // Fused write: split 0 of head group 0 stores the token's key (no CTA of this launch reads it
-  // from the plane), once its first tiles are in flight.
-  const bool writer = dv.fuse_write && split == 0 && blockIdx.z == 0;
 
   // Tile i of the round: rows codes[i * kTile ...].
   auto load_tile = [&](int i, int buf) {
     bf16* dst_tile = tiles + buf * (kTile * kLd);
-    for (int c = tid; c < kTile * (D / 8); c += C::kThreads) {
-      const int r = c / (D / 8), cc = c % (D / 8);
-      const int64_t code = codes[i * kTile + r];
-      if (code == kOwnKey) {  // the token's own key, rounded as the plane stores it
-        const float* src = p.kv + t * p.kv_stride + cc * 8;
-        uint4 w;
-        w.x = PackBf16(src[0], src[1]);
-        w.y = PackBf16(src[2], src[3]);
-        w.z = PackBf16(src[4], src[5]);
-        w.w = PackBf16(src[6], src[7]);
-        *reinterpret_cast<uint4*>(dst_tile + r * kLd + cc * 8) = w;
-        continue;
-      }
-      const bool fill = code >= 0;
-      const bf16* src = static_cast<const bf16*>(p.window_kv);
-      if (fill) {
-        const bf16* plane = (code & 1) ? static_cast<const bf16*>(p.compressed)
-                                       : static_cast<const bf16*>(p.window_kv);
-        src = plane + (code >> 1) * D + cc * 8;
-      }
-      CpAsync16(dst_tile + r * kLd + cc * 8, src, fill);
-    }
+    GatherTile<D, kTile, C::kThreads, false>(p, cta.t, codes + i * kTile, tid, [&](int r, int cc) {
+      return dst_tile + r * kLd + cc * 8;
+    });
   };
-
-  // Q of the CTA's heads as bf16 (rows past the heads are zero), staged once the first tiles'
-  // gathers are in flight. Chunk c (8 dims) of Q's rows as packed bf16 (zero past the heads).
-  auto load_q = [&](int c) -> uint4 {
-    const int r = c / (D / 8), cc = c % (D / 8);
-    float v[8] = {};
-    if (r < nh) {
-      const int64_t e = t * p.q_stride + (h_base + r) * D + cc * 8;
-      if (p.q_dtype == DType::kF32) {
-        const float* src = static_cast<const float*>(p.q) + e;
-        if (dv.q_vec) {
-          const float4 a = *reinterpret_cast<const float4*>(src);
-          const float4 b = *reinterpret_cast<const float4*>(src + 4);
-          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-          v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-        } else {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = src[j];
-        }
-      } else {
-        const bf16* src = static_cast<const bf16*>(p.q) + e;
-        if (dv.q_vec) return *reinterpret_cast<const uint4*>(src);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(src[j]);
-      }
-    }
-    uint4 w;
-    w.x = PackBf16(v[0], v[1]);
-    w.y = PackBf16(v[2], v[3]);
-    w.z = PackBf16(v[4], v[5]);
-    w.w = PackBf16(v[6], v[7]);
-    return w;
-  };
-  // All of Q, kBatch chunks a thread at a time: their loads are in flight together (no shared
-  // store between them).
-  auto stage_q = [&]() {
-    constexpr int kPer = C::kHeads * (D / 8) / C::kThreads;
-    constexpr int kBatch = kPer < 4 ? kPer : 4;
-    static_assert(kPer * C::kThreads == C::kHeads * (D / 8) && kPer % kBatch == 0);
-#pragma unroll
-    for (int j0 = 0; j0 < kPer; j0 += kBatch) {
-      uint4 w[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) w[j] = load_q(tid + (j0 + j) * C::kThreads);
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int c = tid + (j0 + j) * C::kThreads;
-        *reinterpret_cast<uint4*>(sq + (c / (D / 8)) * kLd + (c % (D / 8)) * 8) = w[j];
-      }
-    }
-  };
-
-  // Rounds of up to kRound keys: their rows are looked up (selection, block tables) by all threads
-  // at once, so that the tiles' gathers need no global reads of their own; then the first tiles'
-  // gathers are issued.
+  // Rounds of up to kRound keys (BeginRound).
   auto begin_round = [&](int r0) {
-    const int r_hi = min(s_hi, r0 + C::kRound);
-    const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
-    __syncthreads();  // the previous round's tiles, partial S and codes are consumed
-    for (int k = tid; k < C::kRound; k += C::kThreads) {
-      const int key = r0 + k;
-      int64_t code = kMasked;
-      if (key < r_hi) code = dv.fuse_write && key == keys.nw - 1 ? kOwnKey : keys.Code(p, dv, key);
-      codes[k] = code;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < num_tiles) load_tile(s, s);
-      CpAsyncCommit();
-    }
+    BeginRound<C::kRound, C::kThreads, kTile, kStages>(p, dv, cta, r0, codes, tid, load_tile);
   };
   // The first round starts before anything else; Q (visible after the first tile's barrier) and
   // the fused write while its tiles are in flight.
   if (s_lo < s_hi) {
     begin_round(s_lo);
-    stage_q();
+    // Q of the CTA's heads as bf16 (rows past the heads are zero), staged once the first tiles'
+    // gathers are in flight.
+    constexpr int kPer = C::kHeads * (D / 8) / C::kThreads;
+    StageQ<D, C::kHeads, C::kThreads, (kPer < 4 ? kPer : 4)>(
+        p, dv, cta, tid, [&](int r, int cc) { return sq + r * kLd + cc * 8; });
   }
-  if (writer) StoreWindowKey(p, t, pos);
+  if (cta.writer) StoreWindowKey(p, cta.t, cta.pos);
 
   float o[kW / 8][4];
 #pragma unroll
@@ -420,33 +604,7 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
         mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
         mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
       }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-      const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
-      const float corr0 = exp2f(m0 - b0), corr1 = exp2f(m1 - b1);
-      m0 = n0;
-      m1 = n1;
-      l0 *= corr0;
-      l1 *= corr1;
-#pragma unroll
-      for (int d = 0; d < kW / 8; ++d) {
-        o[d][0] *= corr0;
-        o[d][1] *= corr0;
-        o[d][2] *= corr1;
-        o[d][3] *= corr1;
-      }
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        s[nt][0] = exp2f(s[nt][0] - b0);
-        s[nt][1] = exp2f(s[nt][1] - b0);
-        s[nt][2] = exp2f(s[nt][2] - b1);
-        s[nt][3] = exp2f(s[nt][3] - b1);
-        l0 += s[nt][0] + s[nt][1];
-        l1 += s[nt][2] + s[nt][3];
-      }
+      OnlineSoftmaxStep(s, o, mx0, mx1, m0, m1, l0, l1);
       // O += P·V over the warp's dims, 16 keys a k-step.
       const bf16* vrow = tile + ((mat & 1) * 8 + (lane & 7)) * kLd + (mat >> 1) * 8 + ds * kW;
 #pragma unroll
@@ -466,123 +624,15 @@ __global__ void __launch_bounds__(TcConfig<D>::kThreads, 1)
     }
     CpAsyncWait<0>();
   }
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-
-  const float mr[2] = {m0 == -INFINITY ? -INFINITY : m0 * kLn2,
-                       m1 == -INFINITY ? -INFINITY : m1 * kLn2};
-  const float lr[2] = {l0, l1};
-  if constexpr (kCluster) {
-    namespace cg = cooperative_groups;
-    const cg::cluster_group cluster = cg::this_cluster();
-    constexpr int kOLd = C::kOLd;
-    float* so = reinterpret_cast<float*>(smem_raw);  // [kHeads, kOLd]: this split's output
-    float* sstat = sx;                               // [kHeads, 2]: its (max, sum)
-    float* wt = reinterpret_cast<float*>(codes);     // [heads of this CTA, kMaxClusterSplits]
-    __syncthreads();  // every warp is done with Q, the tiles and the partial S
+  // Output accumulator d: head mt * 16 + g (+ 8 for the second pair), dims ds * kW + d * 8 + c2,
+  // +1.
+  auto pairs = [&](int e, auto&& fn) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int r = mt * 16 + g + 8 * e;
-      const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
-#pragma unroll
-      for (int d = 0; d < kW / 8; ++d) {
-        const int dim = ds * kW + d * 8 + c2;
-        *reinterpret_cast<float2*>(so + r * kOLd + dim) =
-            make_float2(o[d][2 * e] * f, o[d][2 * e + 1] * f);
-      }
-      if (ds == 0 && (lane & 3) == 0) {
-        sstat[2 * r] = mr[e];
-        sstat[2 * r + 1] = lr[e];
-      }
-    }
-    cluster.sync();  // every split's output and stats are in its shared memory
-    // This CTA merges heads rank, rank + S, ... as MergeKernel does (same order, same weights).
-    const int S = dv.splits, rank = static_cast<int>(cluster.block_rank());
-    const int mine = rank < nh ? (nh - rank + S - 1) / S : 0;
-    // (The loops over splits are unrolled to kMaxClusterSplits so that the remote reads of all
-    // splits are in flight together.)
-    if (tid < mine) {
-      const int r = rank + tid * S;
-      float2 st[kMaxClusterSplits];
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < S)
-          st[s] = *reinterpret_cast<const float2*>(cluster.map_shared_rank(sstat, s) + 2 * r);
-      }
-      float mx = -INFINITY;
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < S) mx = fmaxf(mx, st[s].x);
-      }
-      float sum = 0.0f;
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < S) {
-          const float w = st[s].x == -INFINITY ? 0.0f : st[s].y * expf(st[s].x - mx);
-          wt[tid * kMaxClusterSplits + s] = w;
-          sum += w;
-        }
-      }
-      const float f = FinalFactor(p, h_base + r, mx, sum);
-      for (int s = 0; s < S; ++s) wt[tid * kMaxClusterSplits + s] *= f;
-    }
-    __syncthreads();
-    for (int item = tid; item < mine * (D / 2); item += C::kThreads) {
-      const int lh = item / (D / 2), d0 = (item % (D / 2)) * 2;
-      const int r = rank + lh * S;
-      float2 x[kMaxClusterSplits];
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < S) {
-          x[s] = *reinterpret_cast<const float2*>(cluster.map_shared_rank(so, s) + r * kOLd + d0);
-        }
-      }
-      float v0 = 0.0f, v1 = 0.0f;
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < S) {
-          const float w = wt[lh * kMaxClusterSplits + s];
-          v0 += w * x[s].x;
-          v1 += w * x[s].y;
-        }
-      }
-      InverseRope(p, pos, d0, v0, v1);
-      StorePair(p, t, h_base + r, d0, v0, v1, true);
-    }
-    cluster.sync();  // the peers' shared memory stays until every CTA has read it
-  } else {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int r = mt * 16 + g + 8 * e;
-      if (r >= nh) continue;
-      const int64_t head = h_base + r;
-      if (dv.splits == 1) {
-        const float f = FinalFactor(p, head, mr[e], lr[e]);
-#pragma unroll
-        for (int d = 0; d < kW / 8; ++d) {
-          const int dim = ds * kW + d * 8 + c2;
-          float v0 = o[d][2 * e] * f, v1 = o[d][2 * e + 1] * f;
-          InverseRope(p, pos, dim, v0, v1);
-          StorePair(p, t, head, dim, v0, v1, true);
-        }
-      } else {
-        const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
-        float* dst = SplitOut(p, dv.splits, t, head, split);
-#pragma unroll
-        for (int d = 0; d < kW / 8; ++d) {
-          const int dim = ds * kW + d * 8 + c2;
-          *reinterpret_cast<float2*>(dst + dim) = make_float2(o[d][2 * e] * f, o[d][2 * e + 1] * f);
-        }
-        if (ds == 0 && (lane & 3) == 0) {
-          float* st = SplitStats(p, dv.splits, t, head, split);
-          st[0] = mr[e];
-          st[1] = lr[e];
-        }
-      }
-    }
-  }
+    for (int d = 0; d < kW / 8; ++d) fn(ds * kW + d * 8 + c2, o[d][2 * e], o[d][2 * e + 1]);
+  };
+  FinishSplit<D, C::kThreads, C::kOLd, 2, kCluster>(
+      p, dv, cta, tid, mt * 16 + g, ds == 0 && (lane & 3) == 0, m0, m1, l0, l1,
+      reinterpret_cast<float*>(smem_raw), sx, reinterpret_cast<float*>(codes), pairs);
 }
 
 // ---- 2b. wgmma (sm_90a): bf16 planes, head_dim 512, 64 heads a CTA. ----
@@ -702,112 +752,28 @@ __global__ void __launch_bounds__(WgConfig::kThreads, 1)
   WaitForPrerequisites();
   AllowDependents();  // the next kernel may launch (it waits for this one to finish)
 
-  const int64_t t = blockIdx.x;
-  const int split = blockIdx.y;
-  const int64_t h_base = static_cast<int64_t>(blockIdx.z) * C::kHeads;
-  const int nh =
-      static_cast<int>(p.num_heads - h_base < C::kHeads ? p.num_heads - h_base : C::kHeads);
+  const CtaWork cta(p, dv, C::kHeads, kTile);
+  const int s_lo = cta.s_lo, s_hi = cta.s_hi;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
   const int wg = warp >> 2, row0 = (warp & 3) * 16 + g;  // this thread's heads: row0, row0 + 8
-  const int pos = p.positions[t];
-  const KeyList keys(p, dv, t, pos);
-  int s_lo, s_hi;
-  SplitRange(keys.total, dv.splits, split, kTile, &s_lo, &s_hi);
-  const bool writer = dv.fuse_write && split == 0 && blockIdx.z == 0;
 
   auto load_tile = [&](int i, int buf) {
     uint8_t* dst_tile = tiles + buf * C::kTileBytes;
-    for (int c = tid; c < kTile * (D / 8); c += C::kThreads) {
-      const int r = c / (D / 8), cc = c % (D / 8);
-      const int64_t code = codes[i * kTile + r];
-      uint8_t* dst = dst_tile + WgOffset(r, cc, kTile);
-      if (code == kOwnKey) {  // the token's own key, rounded as the plane stores it
-        const float* src = p.kv + t * p.kv_stride + cc * 8;
-        uint4 w;
-        w.x = PackBf16(src[0], src[1]);
-        w.y = PackBf16(src[2], src[3]);
-        w.z = PackBf16(src[4], src[5]);
-        w.w = PackBf16(src[6], src[7]);
-        *reinterpret_cast<uint4*>(dst) = w;
-        continue;
-      }
-      const bool fill = code >= 0;
-      const bf16* src = static_cast<const bf16*>(p.window_kv);
-      if (fill) {
-        const bf16* plane = (code & 1) ? static_cast<const bf16*>(p.compressed)
-                                       : static_cast<const bf16*>(p.window_kv);
-        src = plane + (code >> 1) * D + cc * 8;
-      }
-      CpAsync16(dst, src, fill);
-    }
-  };
-  auto load_q = [&](int c) -> uint4 {
-    const int r = c / (D / 8), cc = c % (D / 8);
-    float v[8] = {};
-    if (r < nh) {
-      const int64_t e = t * p.q_stride + (h_base + r) * D + cc * 8;
-      if (p.q_dtype == DType::kF32) {
-        const float* src = static_cast<const float*>(p.q) + e;
-        if (dv.q_vec) {
-          const float4 a = *reinterpret_cast<const float4*>(src);
-          const float4 b = *reinterpret_cast<const float4*>(src + 4);
-          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-          v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-        } else {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = src[j];
-        }
-      } else {
-        const bf16* src = static_cast<const bf16*>(p.q) + e;
-        if (dv.q_vec) return *reinterpret_cast<const uint4*>(src);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = __bfloat162float(src[j]);
-      }
-    }
-    uint4 w;
-    w.x = PackBf16(v[0], v[1]);
-    w.y = PackBf16(v[2], v[3]);
-    w.z = PackBf16(v[4], v[5]);
-    w.w = PackBf16(v[6], v[7]);
-    return w;
-  };
-  auto stage_q = [&]() {
-    // All 16 chunks of a thread in flight at once (one L2 round trip; O is not live yet).
-    constexpr int kPer = C::kHeads * (D / 8) / C::kThreads;  // 16
-    constexpr int kBatch = 16;
-    static_assert(kPer % kBatch == 0);
-#pragma unroll
-    for (int j0 = 0; j0 < kPer; j0 += kBatch) {
-      uint4 w[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) w[j] = load_q(tid + (j0 + j) * C::kThreads);
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int c = tid + (j0 + j) * C::kThreads;
-        *reinterpret_cast<uint4*>(smem + WgOffset(c / (D / 8), c % (D / 8), C::kHeads)) = w[j];
-      }
-    }
+    GatherTile<D, kTile, C::kThreads, true>(p, cta.t, codes + i * kTile, tid, [&](int r, int cc) {
+      return dst_tile + WgOffset(r, cc, kTile);
+    });
   };
   auto begin_round = [&](int r0) {
-    const int r_hi = min(s_hi, r0 + C::kRound);
-    const int num_tiles = (r_hi - r0 + kTile - 1) / kTile;
-    __syncthreads();  // the previous round's tiles and codes are consumed
-    for (int k = tid; k < C::kRound; k += C::kThreads) {
-      const int key = r0 + k;
-      int64_t code = kMasked;
-      if (key < r_hi) code = dv.fuse_write && key == keys.nw - 1 ? kOwnKey : keys.Code(p, dv, key);
-      codes[k] = code;
-    }
-    __syncthreads();
-    if (num_tiles > 0) load_tile(0, 0);
-    CpAsyncCommit();
+    BeginRound<C::kRound, C::kThreads, kTile, C::kStages>(p, dv, cta, r0, codes, tid, load_tile);
   };
   if (s_lo < s_hi) {
     begin_round(s_lo);
-    stage_q();
+    // All 16 chunks of a thread in flight at once (one L2 round trip; O is not live yet).
+    StageQ<D, C::kHeads, C::kThreads, 16>(
+        p, dv, cta, tid, [&](int r, int cc) { return smem + WgOffset(r, cc, C::kHeads); });
   }
-  if (writer) StoreWindowKey(p, t, pos);
+  if (cta.writer) StoreWindowKey(p, cta.t, cta.pos);
 
   float o[2][64];
 #pragma unroll
@@ -859,29 +825,19 @@ __global__ void __launch_bounds__(WgConfig::kThreads, 1)
           mx0 = fmaxf(mx0, s[j]);
         }
       }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-      const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
-      const float corr0 = exp2f(m0 - b0), corr1 = exp2f(m1 - b1);
-      m0 = n0;
-      m1 = n1;
-      l0 *= corr0;
-      l1 *= corr1;
+      const RowPairStep st = OnlineMaxStep(mx0, mx1, m0, m1, l0, l1);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int j = 0; j < 64; ++j) o[h][j] *= (j & 2) ? corr1 : corr0;
+        for (int j = 0; j < 64; ++j) o[h][j] *= (j & 2) ? st.corr1 : st.corr0;
       }
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         if (j & 2) {
-          s[j] = exp2f(s[j] - b1);
+          s[j] = exp2f(s[j] - st.b1);
           l1 += s[j];
         } else {
-          s[j] = exp2f(s[j] - b0);
+          s[j] = exp2f(s[j] - st.b0);
           l0 += s[j];
         }
       }
@@ -911,133 +867,21 @@ __global__ void __launch_bounds__(WgConfig::kThreads, 1)
     }
     CpAsyncWait<0>();
   }
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float mr[2] = {m0 == -INFINITY ? -INFINITY : m0 * kLn2,
-                       m1 == -INFINITY ? -INFINITY : m1 * kLn2};
-  const float lr[2] = {l0, l1};
-  // Output accumulator j of half h: head row0 + 8 ((j >> 1) & 1), dims dim(h, j), +1.
-  auto dim_of = [&](int h, int j) { return wg * 256 + h * 128 + (j >> 2) * 8 + c2; };
-
-  if constexpr (kCluster) {
-    namespace cg = cooperative_groups;
-    const cg::cluster_group cluster = cg::this_cluster();
-    constexpr int kOLd = C::kOLd;
-    float* so = reinterpret_cast<float*>(smem);  // [kHeads, kOLd]: this split's output
-    __syncthreads();                             // every warpgroup is done with Q and the tiles
+  // Output accumulator j of half h: head row0 + 8 ((j >> 1) & 1), dims wg * 256 + h * 128 +
+  // (j >> 2) * 8 + c2, +1.
+  auto pairs = [&](int e, auto&& fn) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int r = row0 + 8 * e;
-      const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
+    for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int j = 2 * e; j < 64; j += 4) {
-          *reinterpret_cast<float2*>(so + r * kOLd + dim_of(h, j)) =
-              make_float2(o[h][j] * f, o[h][j + 1] * f);
-        }
-      }
-      if (wg == 0 && (lane & 3) == 0) {
-        sstat[2 * r] = mr[e];
-        sstat[2 * r + 1] = lr[e];
+      for (int j = 2 * e; j < 64; j += 4) {
+        fn(wg * 256 + h * 128 + (j >> 2) * 8 + c2, o[h][j], o[h][j + 1]);
       }
     }
-    cluster.sync();  // every split's output and stats are in its shared memory
-    const int S = dv.splits, rank = static_cast<int>(cluster.block_rank());
-    const int mine = rank < nh ? (nh - rank + S - 1) / S : 0;
-    if (tid < mine) {
-      const int r = rank + tid * S;
-      float2 st[kMaxClusterSplits];
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < S)
-          st[s] = *reinterpret_cast<const float2*>(cluster.map_shared_rank(sstat, s) + 2 * r);
-      }
-      float mx = -INFINITY;
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < S) mx = fmaxf(mx, st[s].x);
-      }
-      float sum = 0.0f;
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < S) {
-          const float w = st[s].x == -INFINITY ? 0.0f : st[s].y * expf(st[s].x - mx);
-          wt[tid * kMaxClusterSplits + s] = w;
-          sum += w;
-        }
-      }
-      const float f = FinalFactor(p, h_base + r, mx, sum);
-      for (int s = 0; s < S; ++s) wt[tid * kMaxClusterSplits + s] *= f;
-    }
-    __syncthreads();
-    // Four dims an item (two rotary pairs), every split's read in flight together.
-    for (int item = tid; item < mine * (D / 4); item += C::kThreads) {
-      const int lh = item / (D / 4), d0 = (item % (D / 4)) * 4;
-      const int r = rank + lh * S;
-      float4 x[kMaxClusterSplits];
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < S) {
-          x[s] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(so, s) + r * kOLd + d0);
-        }
-      }
-      float v0 = 0.0f, v1 = 0.0f, v2 = 0.0f, v3 = 0.0f;
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < S) {
-          const float w = wt[lh * kMaxClusterSplits + s];
-          v0 += w * x[s].x;
-          v1 += w * x[s].y;
-          v2 += w * x[s].z;
-          v3 += w * x[s].w;
-        }
-      }
-      InverseRope(p, pos, d0, v0, v1);
-      InverseRope(p, pos, d0 + 2, v2, v3);
-      StorePair(p, t, h_base + r, d0, v0, v1, true);
-      StorePair(p, t, h_base + r, d0 + 2, v2, v3, true);
-    }
-    cluster.sync();  // the peers' shared memory stays until every CTA has read it
-  } else {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int r = row0 + 8 * e;
-      if (r >= nh) continue;
-      const int64_t head = h_base + r;
-      if (dv.splits == 1) {
-        const float f = FinalFactor(p, head, mr[e], lr[e]);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int j = 2 * e; j < 64; j += 4) {
-            const int dim = dim_of(h, j);
-            float v0 = o[h][j] * f, v1 = o[h][j + 1] * f;
-            InverseRope(p, pos, dim, v0, v1);
-            StorePair(p, t, head, dim, v0, v1, true);
-          }
-        }
-      } else {
-        const float f = lr[e] > 0.0f ? 1.0f / lr[e] : 0.0f;
-        float* dst = SplitOut(p, dv.splits, t, head, split);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int j = 2 * e; j < 64; j += 4) {
-            *reinterpret_cast<float2*>(dst + dim_of(h, j)) =
-                make_float2(o[h][j] * f, o[h][j + 1] * f);
-          }
-        }
-        if (wg == 0 && (lane & 3) == 0) {
-          float* st = SplitStats(p, dv.splits, t, head, split);
-          st[0] = mr[e];
-          st[1] = lr[e];
-        }
-      }
-    }
-  }
+  };
+  // Four dims a merge item (two rotary pairs).
+  FinishSplit<D, C::kThreads, C::kOLd, 4, kCluster>(
+      p, dv, cta, tid, row0, wg == 0 && (lane & 3) == 0, m0, m1, l0, l1,
+      reinterpret_cast<float*>(smem), sstat, wt, pairs);
 }
 
 // ---- 2c. f32: one CTA per (token, head, split), any plane dtypes, head_dim ≤ 1024. ----
@@ -1198,27 +1042,29 @@ int Multiprocessors() {
 // heads), so tokens × splits ≤ SplitTarget(false) whenever there are two or more.
 int64_t SplitTarget(bool tc) { return (tc ? 1 : 4) * static_cast<int64_t>(Multiprocessors()); }
 
-// The kernel's shared memory (and for clusters, sizes past the portable 8) allowed, once.
-template <int D, bool kCluster>
+using TcKernelFn = void (*)(V4SparseAttentionParams, Derived);
+
+// A tensor-core kernel's shared memory (C::kSmem; for clusters, sizes past the portable 8 too)
+// allowed, once.
+template <typename C, TcKernelFn kKernel, bool kCluster>
 cudaError_t SetTcAttributes() {
   static const cudaError_t attr = [] {
-    cudaError_t e = cudaFuncSetAttribute(
-        TcKernel<D, kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize, TcConfig<D>::kSmem);
+    cudaError_t e =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
     if (e == cudaSuccess && kCluster) {
-      e = cudaFuncSetAttribute(TcKernel<D, kCluster>,
-                               cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }
     return e;
   }();
   return attr;
 }
 
-// The tensor-core kernel as a programmatic dependent; with kCluster, clusters of (1, grid.y, 1).
-template <int D, bool kCluster>
+// A tensor-core kernel (C::kThreads threads, C::kSmem bytes) as a programmatic dependent; with
+// kCluster, clusters of (1, grid.y, 1).
+template <typename C, TcKernelFn kKernel, bool kCluster>
 cudaError_t LaunchTc(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
                      cudaStream_t stream) {
-  using C = TcConfig<D>;
-  const cudaError_t attr = SetTcAttributes<D, kCluster>();
+  const cudaError_t attr = SetTcAttributes<C, kKernel, kCluster>();
   if (attr != cudaSuccess) return attr;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
@@ -1234,18 +1080,17 @@ cudaError_t LaunchTc(const V4SparseAttentionParams& p, const Derived& dv, dim3 g
   attrs[1].val.clusterDim.z = 1;
   cfg.attrs = attrs;
   cfg.numAttrs = kCluster ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, TcKernel<D, kCluster>, p, dv);
+  return cudaLaunchKernelEx(&cfg, kKernel, p, dv);
 }
 
-// Whether clusters of `splits` CTAs of the tensor-core kernel can be resident (asked once for
-// each size; no stream work).
-template <int D>
+// Whether clusters of `splits` CTAs of a tensor-core kernel (kKernel: its cluster variant) can be
+// resident (asked once for each size; no stream work).
+template <typename C, TcKernelFn kKernel>
 bool ClusterFits(int splits) {
   static std::atomic<int> known[kMaxClusterSplits + 1];  // 0 unknown, 1 fits, 2 does not
   if (splits < 2 || splits > kMaxClusterSplits) return false;
   int k = known[splits].load(std::memory_order_relaxed);
   if (k == 0) {
-    using C = TcConfig<D>;
     int clusters = 0;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1, static_cast<unsigned>(splits), 1);
@@ -1258,10 +1103,9 @@ bool ClusterFits(int splits) {
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    const bool ok =
-        SetTcAttributes<D, true>() == cudaSuccess &&
-        cudaOccupancyMaxActiveClusters(&clusters, TcKernel<D, true>, &cfg) == cudaSuccess &&
-        clusters > 0;
+    const bool ok = SetTcAttributes<C, kKernel, true>() == cudaSuccess &&
+                    cudaOccupancyMaxActiveClusters(&clusters, kKernel, &cfg) == cudaSuccess &&
+                    clusters > 0;
     if (!ok) (void)cudaGetLastError();  // a failed query is not the stream's error
     k = ok ? 1 : 2;
     known[splits].store(k, std::memory_order_relaxed);
@@ -1269,97 +1113,40 @@ bool ClusterFits(int splits) {
   return k == 1;
 }
 
-// The wgmma kernel: its shared memory (and cluster sizes past 8) allowed once; launched as
-// LaunchTc does.
-template <bool kCluster>
-cudaError_t SetWgAttributes() {
-  static const cudaError_t attr = [] {
-    cudaError_t e = cudaFuncSetAttribute(
-        WgKernel<kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize, WgConfig::kSmem);
-    if (e == cudaSuccess && kCluster) {
-      e = cudaFuncSetAttribute(WgKernel<kCluster>, cudaFuncAttributeNonPortableClusterSizeAllowed,
-                               1);
-    }
-    return e;
-  }();
-  return attr;
-}
-
+// The wgmma kernel, launched and asked as the mma.sync kernel is.
 template <bool kCluster>
 cudaError_t LaunchWg(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
                      cudaStream_t stream) {
-  const cudaError_t attr = SetWgAttributes<kCluster>();
-  if (attr != cudaSuccess) return attr;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(WgConfig::kThreads);
-  cfg.dynamicSmemBytes = WgConfig::kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = 1;
-  attrs[1].val.clusterDim.y = grid.y;
-  attrs[1].val.clusterDim.z = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs = kCluster ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, WgKernel<kCluster>, p, dv);
+  return LaunchTc<WgConfig, WgKernel<kCluster>, kCluster>(p, dv, grid, stream);
 }
 
-bool WgClusterFits(int splits) {
-  static std::atomic<int> known[kMaxClusterSplits + 1];  // 0 unknown, 1 fits, 2 does not
-  if (splits < 2 || splits > kMaxClusterSplits) return false;
-  int k = known[splits].load(std::memory_order_relaxed);
-  if (k == 0) {
-    int clusters = 0;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1, static_cast<unsigned>(splits), 1);
-    cfg.blockDim = dim3(WgConfig::kThreads);
-    cfg.dynamicSmemBytes = WgConfig::kSmem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    const bool ok =
-        SetWgAttributes<true>() == cudaSuccess &&
-        cudaOccupancyMaxActiveClusters(&clusters, WgKernel<true>, &cfg) == cudaSuccess &&
-        clusters > 0;
-    if (!ok) (void)cudaGetLastError();  // a failed query is not the stream's error
-    k = ok ? 1 : 2;
-    known[splits].store(k, std::memory_order_relaxed);
-  }
-  return k == 1;
-}
+bool WgClusterFits(int splits) { return ClusterFits<WgConfig, WgKernel<true>>(splits); }
 
 template <bool kCluster>
 cudaError_t LaunchTcDim(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
                         cudaStream_t stream) {
   switch (p.head_dim) {
     case 64:
-      return LaunchTc<64, kCluster>(p, dv, grid, stream);
+      return LaunchTc<TcConfig<64>, TcKernel<64, kCluster>, kCluster>(p, dv, grid, stream);
     case 128:
-      return LaunchTc<128, kCluster>(p, dv, grid, stream);
+      return LaunchTc<TcConfig<128>, TcKernel<128, kCluster>, kCluster>(p, dv, grid, stream);
     case 256:
-      return LaunchTc<256, kCluster>(p, dv, grid, stream);
+      return LaunchTc<TcConfig<256>, TcKernel<256, kCluster>, kCluster>(p, dv, grid, stream);
     default:
-      return LaunchTc<512, kCluster>(p, dv, grid, stream);
+      return LaunchTc<TcConfig<512>, TcKernel<512, kCluster>, kCluster>(p, dv, grid, stream);
   }
 }
 
 bool ClusterFitsDim(int64_t head_dim, int splits) {
   switch (head_dim) {
     case 64:
-      return ClusterFits<64>(splits);
+      return ClusterFits<TcConfig<64>, TcKernel<64, true>>(splits);
     case 128:
-      return ClusterFits<128>(splits);
+      return ClusterFits<TcConfig<128>, TcKernel<128, true>>(splits);
     case 256:
-      return ClusterFits<256>(splits);
+      return ClusterFits<TcConfig<256>, TcKernel<256, true>>(splits);
     default:
-      return ClusterFits<512>(splits);
+      return ClusterFits<TcConfig<512>, TcKernel<512, true>>(splits);
   }
 }
 
