@@ -14,17 +14,14 @@ where scripts/setup puts them).
 """
 import json
 import os
-import re
 import shutil
-import signal
 import struct
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
-import urllib.error
-import urllib.request
+
+from serve_process import ServeProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE = os.path.join(ROOT, "tests", "data", "models", "deepseek_v4")
@@ -79,43 +76,16 @@ def make_checkpoint(out):
         shutil.copy(os.path.join(TOKENIZER, name), out)
 
 
-class Server:
-    def __init__(self, model, *flags):
-        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log")
-        self.proc = subprocess.Popen([BINARY, "serve", model, "--host", "127.0.0.1", "--port", "0", "--device",
-                                      DEVICE, "--max-model-len", "512", "--served-model-name", "v4", *flags],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        self.url = None
-        while self.url is None:
-            assert self.proc.poll() is None, self.output()
-            assert time.time() < deadline, "the server did not start listening"
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.output())
-            self.url = f"http://127.0.0.1:{m.group(1)}" if m else None
-            time.sleep(0.05)
-        while self.request("/health")[0] != 200:
-            assert self.proc.poll() is None, self.output()
-            assert time.time() < deadline, "the model did not load"
-            time.sleep(0.1)
+class Server(ServeProcess):
+    """`dinfer serve` on the checkpoint, under the name "v4"; request() decodes JSON answers."""
 
-    def output(self):
-        with open(self.log.name) as f:
-            return f.read()
+    def __init__(self, model, *flags):
+        super().__init__(BINARY, model, "--device", DEVICE, "--max-model-len", "512", "--served-model-name",
+                         "v4", *flags, start_timeout=120)
 
     def request(self, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method="GET" if body is None else "POST",
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                return r.status, json.loads(r.read().decode() or "null")
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
-        assert code == 0, self.output()
+        status, text = self.get(path) if body is None else self.post(path, body)
+        return status, json.loads(text) if status == 200 and text else text
 
 
 MESSAGES = [{"role": "system", "content": "You are terse."},

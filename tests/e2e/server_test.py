@@ -12,15 +12,13 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 import anthropic
 import openai
 import pytest
+from serve_process import ServeProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.abspath(os.environ.get("DINFER_BUILD_DIR", os.path.join(ROOT, "build")))
@@ -31,48 +29,11 @@ QUESTION = "What is the capital of France? Answer in one sentence."
 GREEDY = {"temperature": 0}
 
 
-class Server:
-    """A `dinfer serve` process on a free loopback port, stopped with SIGTERM."""
+class Server(ServeProcess):
+    """The default model behind `dinfer serve`, with its metrics."""
 
     def __init__(self, *flags):
-        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log")
-        self.proc = subprocess.Popen([BINARY, "serve", "default", "--host", "127.0.0.1", "--port", "0", *flags],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        self.port = None
-        while self.port is None:
-            assert self.proc.poll() is None, self.output()
-            assert time.time() < deadline, "the server did not start listening"
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.output())
-            self.port = int(m.group(1)) if m else None
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.port}"
-        while self.get("/health")[0] != 200:
-            assert self.proc.poll() is None, self.output()
-            assert time.time() < deadline, "the model did not load"
-            time.sleep(0.1)
-
-    def output(self):
-        with open(self.log.name) as f:
-            return f.read()
-
-    def get(self, path, headers=None):
-        req = urllib.request.Request(self.url + path, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def post(self, path, body, headers=None):
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method="POST",
-                                     headers={"Content-Type": "application/json", **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
+        super().__init__(BINARY, "default", *flags)
 
     def metrics(self):
         status, text = self.get("/metrics")
@@ -94,11 +55,6 @@ class Server:
                 return m
             assert time.time() < deadline, f"the engine did not go idle: {m}"
             time.sleep(0.1)
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=30)
-        assert code == 0, self.output()
 
 
 @pytest.fixture(scope="module")
