@@ -25,7 +25,8 @@ void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
         ->capture_default_str();
     cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
                    "KV cache storage: auto (CPU: the model's choice; CUDA: bf16), f32 (CPU), bf16, "
-                   "or fp8 (e4m3, CUDA only: twice the tokens in the same memory)")
+                   "or fp8 (e4m3: CUDA, and DeepSeek-V4 on the CPU; about twice the tokens in the "
+                   "same memory)")
         ->check(CLI::IsMember({"auto", "f32", "bf16", "fp8"}))
         ->capture_default_str();
     cmd.add_option("--kv-cache-scale", o.kv_cache_scale,

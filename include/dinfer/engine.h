@@ -44,7 +44,8 @@ struct EngineOptions {
   // KV cache storage: "auto" (CPU: the model's choice, bf16 keys and compressed entries for
   // DeepSeek-V4, f32 for the others; CUDA: bf16), "f32" (CPU), "bf16" (CUDA, or CPU models that
   // store some KV as bf16), or "fp8" (CUDA: float8 e4m3fn, half the bytes of bf16, so twice the
-  // tokens fit, storing K / kv_cache_scale and V / kv_cache_scale).
+  // tokens fit, storing K / kv_cache_scale and V / kv_cache_scale; DeepSeek-V4 on the CPU: its
+  // bf16 planes as e4m3 with a power-of-two scale per 32 values).
   std::string kv_cache_dtype = "auto";
   double kv_cache_scale = 1.0;
   // "none", or "fp8": on CUDA, the layers' matrices as e4m3 with one scale per output channel,

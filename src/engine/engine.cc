@@ -381,9 +381,6 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   DINFER_ASSIGN_OR_RETURN(const Device device, ModelRunner::ParseDevice(options.device));
   DINFER_ASSIGN_OR_RETURN(const KvCacheDType kv_cache_dtype,
                           ParseKvCacheDType(options.kv_cache_dtype));
-  if (kv_cache_dtype == KvCacheDType::kFp8 && device != Device::kCuda) {
-    return InvalidArgument("an FP8 KV cache needs the CUDA runner (--device cuda)");
-  }
   DINFER_RETURN_IF_ERROR(ModelRunner::CheckQuantization(options.quantization, device));
   if (options.swa_replay_tokens < 0) {
     return InvalidArgument(

@@ -27,7 +27,20 @@ StatusOr<KvCacheDType> ParseKvCacheDType(std::string_view name) {
 
 StatusOr<KvLayout> ApplyKvCacheDType(KvLayout layout, KvCacheDType dtype, std::string_view arch) {
   if (dtype == KvCacheDType::kFp8) {
-    return InvalidArgument("an FP8 KV cache needs the CUDA runner (--device cuda)");
+    // DeepSeek-V4's kernels read FP8 rows on the CPU: its bf16 planes (window keys, compressed
+    // entries, indexer keys) whose width is a multiple of the FP8 block become FP8.
+    if (arch != "deepseek_v4") {
+      return InvalidArgument(
+          "an FP8 KV cache needs the CUDA runner (--device cuda), except for DeepSeek-V4");
+    }
+    for (auto& planes : layout) {
+      for (KvPlane& p : planes) {
+        if (p.dtype == DType::kBF16 && p.width % BlockSize(DType::kF8E4M3B32) == 0) {
+          p.dtype = DType::kF8E4M3B32;
+        }
+      }
+    }
+    return layout;
   }
   bool any_bf16 = false;
   for (auto& planes : layout) {

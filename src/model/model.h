@@ -42,8 +42,9 @@ using KvLayout = std::vector<std::vector<KvPlane>>;  // per layer, its planes
 
 // How the KV cache is stored on the CPU: as the model chooses in KvLayoutFor (auto), every plane
 // f32, or bf16 (the model's choice, which must store some planes as bf16: dense layers keep K and
-// V in f32 on the CPU).
-enum class KvCacheDType { kAuto, kF32, kBF16, kFp8 };  // kFp8: e4m3, the CUDA runner only
+// V in f32 on the CPU). kFp8: e4m3 — on the CUDA runner (dense models), and on the CPU for
+// DeepSeek-V4, whose bf16 planes then hold kF8E4M3B32 rows (a UE8M0 scale per 32 values).
+enum class KvCacheDType { kAuto, kF32, kBF16, kFp8 };
 // "auto", "f32", "bf16", "fp8" (or "fp8_e4m3")
 StatusOr<KvCacheDType> ParseKvCacheDType(std::string_view name);
 // `layout` stored as `dtype` asks; `arch` names the model in errors.

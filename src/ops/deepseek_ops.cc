@@ -11,8 +11,10 @@ namespace kc = kernels::cpu;
 namespace {
 
 kc::KvDType KvDTypeOf(DType t) {
-  DINFER_CHECK(t == DType::kF32 || t == DType::kBF16);
-  return t == DType::kBF16 ? kc::KvDType::kBF16 : kc::KvDType::kF32;
+  DINFER_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF8E4M3B32);
+  return t == DType::kBF16        ? kc::KvDType::kBF16
+         : t == DType::kF8E4M3B32 ? kc::KvDType::kFp8
+                                  : kc::KvDType::kF32;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -129,6 +130,48 @@ TEST(QuantTest, QuantizedZerosStayZero) {
     QuantizeRowReference(t, x.data(), q.data(), n);
     DequantizeRow(t, q.data(), back.data(), n);
     for (float v : back) ASSERT_EQ(v, 0.0f) << DTypeName(t);
+  }
+}
+
+// FP8 / FP4 blocks: every value goes to the nearest code of its block's scale, ties to the even
+// code — checked against a scan over all codes, on values that include the midpoints between
+// neighbouring codes (the ties) and the codes themselves.
+TEST(QuantTest, Fp8AndFp4RoundToNearestEvenCode) {
+  for (DType t : {DType::kF8E4M3B32, DType::kMxfp4}) {
+    const bool fp8 = t == DType::kF8E4M3B32;
+    const int codes = fp8 ? 127 : 8;  // non-negative finite codes, increasing magnitudes
+    auto decode = [&](int c) { return fp8 ? E4M3ToF32(static_cast<uint8_t>(c)) : E2M1ToF32(c); };
+    std::vector<float> mags;
+    for (int c = 0; c < codes; ++c) {
+      mags.push_back(decode(c));
+      if (c + 1 < codes) mags.push_back((decode(c) + decode(c + 1)) / 2);
+    }
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(0.0f, decode(codes - 1));
+    for (int i = 0; i < 500; ++i) mags.push_back(u(rng));
+    // Blocks of 32 whose largest magnitude is the largest code, so the scale is 1.
+    std::vector<float> x;
+    for (size_t i = 0; i < mags.size(); i += 31) {
+      x.push_back(decode(codes - 1));
+      for (size_t j = i; j < std::min(mags.size(), i + 31); ++j) {
+        x.push_back(j % 2 ? -mags[j] : mags[j]);
+      }
+      while (x.size() % 32) x.push_back(0.0f);
+    }
+    std::vector<uint8_t> q(RowBytes(t, static_cast<int64_t>(x.size())));
+    std::vector<float> back(x.size());
+    QuantizeRowReference(t, x.data(), q.data(), static_cast<int64_t>(x.size()));
+    DequantizeRow(t, q.data(), back.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float mag = std::fabs(x[i]);
+      int best = 0;
+      for (int c = 1; c < codes; ++c) {
+        const float err = std::fabs(mag - decode(c)), best_err = std::fabs(mag - decode(best));
+        if (err < best_err || (err == best_err && c % 2 == 0)) best = c;
+      }
+      const float want = x[i] < 0 ? -decode(best) : decode(best);
+      ASSERT_EQ(back[i], want) << DTypeName(t) << " value " << x[i];
+    }
   }
 }
 

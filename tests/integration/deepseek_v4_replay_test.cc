@@ -161,8 +161,12 @@ TEST(DeepseekV4ReplayTest, ReplayedPrefixGivesTheLogitsOfAFullComputation) {
 TEST(DeepseekV4ReplayTest, EngineGreedyTokensWithReplayMatchNoCache) {
   auto lm = LoadModel(Dir(), LoadOptions{false, false});
   ASSERT_TRUE(lm.ok()) << lm.status().ToString();
-  for (const int64_t block_size : {16, 4}) {
-    SCOPED_TRACE(fmt::format("block size {}", block_size));
+  // The FP8 KV cache too: replay reads its cached entries, which are the bytes a fresh run writes.
+  for (const auto& [block_size, kv_dtype] :
+       {std::pair{16, KvCacheDType::kF32}, std::pair{4, KvCacheDType::kF32},
+        std::pair{16, KvCacheDType::kFp8}}) {
+    SCOPED_TRACE(fmt::format("block size {}{}", block_size,
+                             kv_dtype == KvCacheDType::kFp8 ? ", FP8 KV" : ""));
     const std::vector<int32_t> p = RandomTokens(7, 164);
     // Long enough that its window blocks cycle through the window group and evict those of p.
     const std::vector<int32_t> first = Concat(p, RandomTokens(8, 400));
@@ -190,7 +194,7 @@ TEST(DeepseekV4ReplayTest, EngineGreedyTokensWithReplayMatchNoCache) {
     EngineConfig cfg;
     cfg.threads = 2;
     cfg.block_size = block_size;
-    cfg.kv_cache_dtype = KvCacheDType::kF32;
+    cfg.kv_cache_dtype = kv_dtype;
     cfg.kv_cache_bytes = 64ll << 20;
     cfg.scheduler.max_num_seqs = 2;
     cfg.scheduler.max_num_batched_tokens = 32;

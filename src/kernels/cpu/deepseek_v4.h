@@ -9,8 +9,8 @@
 // max(block_size, r) tokens), entry w in the block of its last token (CompressedSlot), so a
 // block's content depends only on the tokens up to its end and prefix caching can share it.
 // Compressor state is one row per block of the window keys' tables (CompressorStateWidth).
-// Window keys, compressed entries and indexer keys are f32 or bf16 rows (KvDType; bf16 rows are
-// widened to f32 when read); compressor state is f32.
+// Window keys, compressed entries and indexer keys are f32, bf16 or FP8 rows (KvDType; bf16 and
+// FP8 rows are widened to f32 when read); compressor state is f32.
 // Stateless; thread-safe when callers pass disjoint outputs. `pool` may be null (single thread).
 #pragma once
 
@@ -19,27 +19,43 @@
 
 #include "base/half.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/quant.h"
+#include "tensor/dtype.h"
 
 namespace dinfer::kernels::cpu {
 
-// Element type of a paged KV row.
-enum class KvDType : uint8_t { kF32, kBF16 };
+// Element type of a paged KV row. kFp8: DType::kF8E4M3B32 rows — e4m3 values with a
+// power-of-two (UE8M0) scale per 32 (width a multiple of 32), as DeepSeek scales its FP8 cache.
+enum class KvDType : uint8_t { kF32, kBF16, kFp8 };
 
 // Row `row` of a paged plane of `width`-element rows, as f32: the row itself when f32, else
 // widened into `scratch` (width floats).
 inline const float* KvRow(const void* plane, KvDType dtype, int64_t row, int64_t width,
                           float* scratch) {
   if (dtype == KvDType::kF32) return static_cast<const float*>(plane) + row * width;
+  if (dtype == KvDType::kFp8) {
+    DequantizeRow(DType::kF8E4M3B32,
+                  static_cast<const char*>(plane) + row * RowBytes(DType::kF8E4M3B32, width),
+                  scratch, width);
+    return scratch;
+  }
   const uint16_t* h = static_cast<const uint16_t*>(plane) + row * width;
   for (int64_t i = 0; i < width; ++i) scratch[i] = Bf16ToF32(h[i]);
   return scratch;
 }
 
-// Stores `width` floats as row `row` of a paged plane (bf16: rounded to nearest even).
+// Stores `width` floats as row `row` of a paged plane (bf16: rounded to nearest even; FP8: each
+// block of 32 scaled by the smallest power of two that fits it, values rounded to nearest even).
 inline void StoreKvRow(void* plane, KvDType dtype, int64_t row, int64_t width, const float* src) {
   if (dtype == KvDType::kF32) {
     std::memcpy(static_cast<float*>(plane) + row * width, src,
                 static_cast<size_t>(width) * sizeof(float));
+    return;
+  }
+  if (dtype == KvDType::kFp8) {
+    QuantizeRowReference(DType::kF8E4M3B32, src,
+                         static_cast<char*>(plane) + row * RowBytes(DType::kF8E4M3B32, width),
+                         width);
     return;
   }
   uint16_t* h = static_cast<uint16_t*>(plane) + row * width;

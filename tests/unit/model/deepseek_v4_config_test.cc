@@ -183,6 +183,21 @@ TEST(DeepseekV4Config, FlashKvBytesPerTokenByGroup) {
   EXPECT_EQ(bf16[1] / groups[1].block_size, 6720);
   EXPECT_EQ(bf16[2] / groups[2].block_size, 160);
   EXPECT_EQ(bf16[0] * (128 / block + 1), 10497024);
+  // --kv-cache-dtype fp8 (CPU): keys, entries and indexer keys as e4m3 rows with a scale byte per
+  // 32 (512 dims: 576 B; 128: 144 B). What grows with the context: 21 sparse layers x (576 + 144)
+  // / 4 + 20 heavy layers x 576 / 128 = 3,870 B/token, 1.1 x DeepSeek's FP8 / FP4 layout (3,509).
+  KvLayout layout;
+  for (V4Attention kind : c->deepseek_v4->layer_attention) {
+    layout.push_back(layers::DeepseekV4LayerPlanes(*c, kind, block, DType::kBF16));
+  }
+  auto fp8_layout = ApplyKvCacheDType(layout, KvCacheDType::kFp8, "deepseek_v4");
+  ASSERT_TRUE(fp8_layout.ok()) << fp8_layout.status().ToString();
+  const std::vector<int64_t> fp8 = KvStorage::GroupBytesPerBlock(*fp8_layout, 3);
+  EXPECT_EQ(fp8[1] / groups[1].block_size, 21 * (576 + 144) / 4);
+  EXPECT_EQ(fp8[2] / groups[2].block_size, 20 * 576 / 128);
+  EXPECT_EQ(fp8[1] / groups[1].block_size + fp8[2] / groups[2].block_size, 3870);
+  EXPECT_EQ(fp8[0] / groups[0].block_size,
+            bf16[0] / groups[0].block_size - static_cast<int64_t>(layout.size()) * (1024 - 576));
 }
 
 // The model's default layout is the bf16 one; kv_cache_dtype f32 widens every plane, bf16 is
@@ -200,6 +215,13 @@ TEST(DeepseekV4Config, KvCacheDType) {
   ASSERT_TRUE(bf16.ok());
   EXPECT_EQ((*bf16)[0][0].dtype, DType::kBF16);
   EXPECT_FALSE(ApplyKvCacheDType(*f32, KvCacheDType::kBF16, "llama").ok());
+  // fp8: the bf16 planes become e4m3 rows; the f32 states stay; dense models need CUDA for it.
+  auto fp8 = ApplyKvCacheDType(layout, KvCacheDType::kFp8, "deepseek_v4");
+  ASSERT_TRUE(fp8.ok());
+  EXPECT_EQ((*fp8)[0][0].dtype, DType::kF8E4M3B32);
+  EXPECT_EQ((*fp8)[0][1].dtype, DType::kF32);
+  EXPECT_EQ((*fp8)[0][4].dtype, DType::kF8E4M3B32);  // indexer keys
+  EXPECT_FALSE(ApplyKvCacheDType(layout, KvCacheDType::kFp8, "llama").ok());
   EXPECT_TRUE(ParseKvCacheDType("auto").ok());
   EXPECT_FALSE(ParseKvCacheDType("f16").ok());
 }
