@@ -49,36 +49,26 @@ const std::array<float, 256>& E8M0Table() {
 
 // Nearest code among the first `n` non-negative codes of a format whose magnitudes increase with
 // the code, ties to the even code; values beyond the largest saturate. A binary search for the
-// two codes around a finite magnitude (rows of the FP8 KV cache are quantized as they are
-// written); a scan otherwise (NaN gives code 0, infinity the largest even code).
+// two codes around the magnitude (rows of the FP8 KV cache are quantized as they are written).
+// NaN gives code 0; infinity, equally far from every code, the largest even one.
 template <typename Decode>
 uint8_t NearestCode(float mag, int n, Decode decode) {
-  if (std::isfinite(mag)) {
-    int lo = 0, hi = n;  // hi: the first code whose magnitude is >= mag (n: none)
-    while (lo < hi) {
-      const int mid = (lo + hi) / 2;
-      if (decode(mid) >= mag) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    if (hi == n) return static_cast<uint8_t>(n - 1);
-    if (hi == 0) return 0;
-    const float below = mag - decode(hi - 1), above = decode(hi) - mag;
-    if (above != below) return static_cast<uint8_t>(above < below ? hi : hi - 1);
-    return static_cast<uint8_t>(hi % 2 == 0 ? hi : hi - 1);
-  }
-  int best = 0;
-  float best_err = std::fabs(mag - decode(0));
-  for (int c = 1; c < n; ++c) {
-    const float err = std::fabs(mag - decode(c));
-    if (err < best_err || (err == best_err && c % 2 == 0)) {
-      best = c;
-      best_err = err;
+  if (std::isnan(mag)) return 0;
+  if (std::isinf(mag)) return static_cast<uint8_t>((n - 1) & ~1);
+  int lo = 0, hi = n;  // hi: the first code whose magnitude is >= mag (n: none)
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (decode(mid) >= mag) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
     }
   }
-  return static_cast<uint8_t>(best);
+  if (hi == n) return static_cast<uint8_t>(n - 1);
+  if (hi == 0) return 0;
+  const float below = mag - decode(hi - 1), above = decode(hi) - mag;
+  if (above != below) return static_cast<uint8_t>(above < below ? hi : hi - 1);
+  return static_cast<uint8_t>(hi % 2 == 0 ? hi : hi - 1);
 }
 
 // Hot row loops get one clone per instruction set; the loader picks the best at run time.
