@@ -481,6 +481,9 @@ StatusOr<json::object> KernelBench(const cuda::Stream& stream, const Limits& lim
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 64, 2048, false, multiprocessors));
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 256, 1536, false, multiprocessors));
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 1, 32768, false, multiprocessors));
+    // Batch-1 decode at the model benchmark's context and a longer one (latency, not bytes).
+    DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 1, 272, false, multiprocessors));
+    DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 1, 4096, false, multiprocessors));
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 8, 2048, true, multiprocessors));
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 64, 2048, false, multiprocessors, true));
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 256, 1536, false, multiprocessors, true));

@@ -1,7 +1,7 @@
-// CUDA paged attention (one-token kernel with key splits, tensor-core prefill kernel) against the
-// CPU reference: several sequences, each with context already in the cache and new tokens, blocks
-// in scrambled order, GQA, sliding windows and softcap; and an FP8 (e4m3) cache against the
-// reference on the values its bytes stand for.
+// CUDA paged attention (one-token kernel with key splits merged in a cluster or by the merge
+// kernel, tensor-core prefill kernel) against the CPU reference: several sequences, each with
+// context already in the cache and new tokens, blocks in scrambled order, GQA, sliding windows and
+// softcap; and an FP8 (e4m3) cache against the reference on the values its bytes stand for.
 #include <algorithm>
 #include <numeric>
 
@@ -183,7 +183,9 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{DType::kBF16, 256, 8, 2, 0, 30.0f, 1}, AttnCase{DType::kBF16, 16, 4, 2, 0, 0, 7},
         AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 3, false, false, 1.0f, 32},
         AttnCase{DType::kBF16, 64, 12, 4, 37, 0, 0, false, false, 1.0f, 24},
-        AttnCase{DType::kBF16, 128, 16, 2, 0, 0, 3}, AttnCase{DType::kBF16, 128, 12, 3, 60, 0, 2}));
+        AttnCase{DType::kBF16, 128, 16, 2, 0, 0, 3}, AttnCase{DType::kBF16, 128, 12, 3, 60, 0, 2},
+        // More splits than a cluster merges: the merge kernel.
+        AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 12}, AttnCase{DType::kBF16, 64, 16, 4, 50, 0, 9}));
 
 INSTANTIATE_TEST_SUITE_P(Prefill, AttentionTest,
                          ::testing::Values(AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0, true},
@@ -192,7 +194,10 @@ INSTANTIATE_TEST_SUITE_P(Prefill, AttentionTest,
                                            AttnCase{DType::kBF16, 64, 8, 2, 0, 20.0f, 1, true},
                                            AttnCase{DType::kBF16, 128, 16, 2, 100, 0, 1, true},
                                            AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 1, true, false,
-                                                    1.0f, 32}));
+                                                    1.0f, 32},
+                                           // Few rows, one KV head a CTA, merged in a cluster.
+                                           AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 8, true},
+                                           AttnCase{DType::kBF16, 64, 12, 3, 30, 0, 5, true}));
 
 // The FP8 cache is widened exactly (to f16 in the decode kernel, whose Q and softmax weights are
 // then f16 too), so the bf16 bounds hold against the dequantized reference.
@@ -210,7 +215,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{DType::kBF16, 128, 8, 8, 0, 0, 1, false, true, 1.0f, 32},
                       AttnCase{DType::kBF16, 128, 16, 2, 0, 0, 3, false, true, 1.0f, 16},
                       AttnCase{DType::kBF16, 128, 12, 3, 60, 0, 2, false, true, 0.75f, 16},
-                      AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 1, true, true, 1.0f, 32}));
+                      AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 1, true, true, 1.0f, 32},
+                      AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 8, true, true, 0.5f},
+                      AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 10, false, true, 1.0f}));
 
 }  // namespace
 }  // namespace dinfer

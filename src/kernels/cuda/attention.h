@@ -4,8 +4,11 @@
 //  - AttentionRows: one query token per CTA row of work, all heads of a KV-head group together
 //    (bf16 with head_dim 64 or 128: up to 4 KV heads a CTA, one per warp, so that each key's
 //    cache row is read in long contiguous runs), keys split across CTAs (flash-decoding) and
-//    merged by a second kernel. Any head_dim up to 256, f32 or bf16; used for decode tokens and
-//    for every token of f32 models.
+//    merged in a thread-block cluster (bf16, up to kMaxAttentionClusterSplits) or by a second
+//    kernel. The bf16 kernel reads the metadata and the cache rows of positions before each
+//    row's chunk of its sequence (seq_token_end, when given) before it waits for the kernel
+//    before it: those must not be written by the kernels it follows in the stream. Any head_dim up
+//    to 256, f32 or bf16; used for decode tokens and for every token of f32 models.
 //  - AttentionPrefill: tiles of 64 query tokens of one sequence against tiles of 64 keys on the
 //    tensor cores (mma.sync bf16, f32 accumulation, online softmax); bf16, head_dim 64 or 128.
 // With kv_fp8 the cache holds e4m3fn bytes (QkvParams::kv_fp8), staged in shared memory as they
@@ -60,15 +63,20 @@ struct AttentionParams {
 inline constexpr int kPrefillTileTokens = 64;
 
 int AttentionRows(const AttentionParams& p, void* stream);
-// How AttentionRows spreads over the device: CTAs per (row, split) and how many fit an SM.
+// How AttentionRows spreads over the device: CTAs per (row, split), how many fit an SM, and up to
+// how many splits its kernel merges inside a thread-block cluster (0: none; more splits take the
+// merge kernel).
 struct AttentionRowsShape {
   int64_t ctas_per_row = 1;
   int64_t ctas_per_sm = 1;
+  int64_t cluster_splits = 0;
 };
+inline constexpr int64_t kMaxAttentionClusterSplits = 8;
 AttentionRowsShape AttentionRowsCtas(int64_t num_rows, DType dtype, int64_t head_dim, bool kv_fp8,
                                      int64_t num_heads, int64_t num_kv_heads);
-// Key splits for AttentionRows: about as many CTAs as fit the device at once, at least 512 keys
-// a split, at most kMaxAttentionSplits.
+// Key splits for AttentionRows: about as many CTAs as fit the device at once, at most
+// kMaxAttentionSplits, and at least 512 keys a split, or, where the shape's kernel merges them
+// in a cluster (no merge kernel to pay for), at least 64 keys a split up to cluster_splits.
 inline constexpr int64_t kMaxAttentionSplits = 64;
 int64_t ChooseAttentionSplits(int64_t num_rows, const AttentionRowsShape& shape, int64_t max_keys,
                               int multiprocessors);

@@ -9,7 +9,15 @@
 // so that the keys spread over more CTAs. Tiles of 16 keys per warp are gathered from the paged
 // cache with cp.async, as many stages deep as fit the shared memory of two CTAs an SM. Each warp
 // keeps an online-softmax state; warps that share a head merge theirs at the end through shared
-// memory, and splits of the keys are merged by the rows kernel's merge (natural-log stats).
+// memory. Splits of the keys are merged inside a thread-block cluster when there are at most
+// kMaxClusterSplits of them (the CTAs of one (token, heads) launched as a cluster leave their
+// normalised partial rows and (max, sum) in shared memory; after a cluster barrier CTA `rank`
+// merges every S-th slice of the output, reading the others' shared memory), else by the rows
+// kernel's merge kernel (natural-log stats either way).
+//
+// The keys of positions before the sequence's chunk of this step (seq_token_end) were written by
+// earlier steps: their first stages are requested before the wait for the kernel before (the one
+// that writes this step's keys), so the gather overlaps it; the step's own keys follow the wait.
 //
 // An FP8 cache is staged as e4m3 bytes and widened in registers straight into f16 mma fragments
 // (e4m3 → f16 is exact), with no widened copy in shared memory. The order of the head dimensions
@@ -22,7 +30,11 @@
 //    turn the 4 key rows into key pairs per dim.
 // The e4m3 tiles are XOR-swizzled by 16-byte chunk so that both read patterns avoid bank
 // conflicts; bf16 tiles are padded for ldmatrix.
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <type_traits>
 
 #include "kernels/cuda/attention.h"
@@ -38,6 +50,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 constexpr int kWarps = 4;
+// Splits merged in a cluster at most (portable cluster size).
+constexpr int kMaxClusterSplits = kMaxAttentionClusterSplits;
 
 // KV heads per CTA (the rest of its 4 warps split each head's keys): 4 when that gives at least
 // kManyCtas CTAs, else as few as the rows need to spread over the device (1 for a single long
@@ -62,8 +76,11 @@ struct Config {
   // Two CTAs an SM: up to 110 KB of stages each.
   static constexpr int kStages = std::clamp(112640 / (2 * kTileBytes), 2, 8);
   static constexpr int kSmem = 2 * kStages * kTileBytes;
-  // Warps that share a head merge their states through the tile memory.
-  static_assert(kWarpsPerHead == 1 || kWarps * kRows * (D + 2) * 4 <= kSmem);
+  // Warps that share a head merge their states through the tile memory; after them (from
+  // kClusterOffset floats) a cluster's split keeps its partial rows [kHeads * kRows, D] and
+  // their (max, sum).
+  static constexpr int kClusterOffset = kWarpsPerHead > 1 ? kWarps* kRows*(D + 2) : 0;
+  static_assert((kClusterOffset + kHeads * kRows * (D + 2)) * 4 <= kSmem);
 };
 
 // Position of 16-byte chunk c of row r within a head's D bytes of an e4m3 tile. S's reads take
@@ -74,7 +91,11 @@ __device__ __forceinline__ int SwizzledChunk(int r, int c) {
   return c ^ ((((r & 1) << 2) ^ (((r >> 2) & 3) << 1)) & (D / 16 - 1));
 }
 
-template <int D, bool kFp8, int kHeads>
+// Which rows of a tile load_tile requests: all (kAll); before the wait, those written by earlier
+// steps and the zero rows past the split (kEarly); after it, the rest, synchronously (kLate).
+enum TilePart { kAll, kEarly, kLate };
+
+template <int D, bool kFp8, int kHeads, bool kCluster>
 __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
     DecodeKernel(AttentionParams p) {
   using C = Config<D, kFp8, kHeads>;
@@ -82,7 +103,6 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
   constexpr int kLdBytes = C::kLdBytes;
   extern __shared__ uint4 smem_raw[];
   uint8_t* tiles = reinterpret_cast<uint8_t*>(smem_raw);  // kStages K tiles, then kStages V
-  WaitForPrerequisites();
   AllowDependents();  // the output projection's GEMV streams its weights in meanwhile
 
   const int group = static_cast<int>(p.num_heads / p.num_kv_heads);
@@ -111,8 +131,15 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
   const int64_t row_bytes = p.num_kv_heads * p.head_dim * C::kElem;
   const uint8_t* k_cache = static_cast<const uint8_t*>(p.k_cache) + hg * C::kRowBytes;
   const uint8_t* v_cache = static_cast<const uint8_t*>(p.v_cache) + hg * C::kRowBytes;
+  // Keys before the first position of the sequence's tokens in this step were written by earlier
+  // steps (none is known to be without seq_token_end).
+  int written = INT_MIN;
+  if (p.seq_token_end != nullptr) {
+    const int seq = p.token_seq[t];
+    written = p.positions[seq == 0 ? 0 : p.seq_token_end[seq - 1]];
+  }
 
-  auto load_tile = [&](int i, int buf) {
+  auto load_tile = [&](int i, int buf, TilePart part) {
     uint8_t* sk = tiles + buf * C::kTileBytes;
     uint8_t* sv = sk + kStages * C::kTileBytes;
     constexpr int kRowChunks = C::kRowBytes / 16;
@@ -122,19 +149,32 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
       const int r = c / kRowChunks, cc = c % kRowChunks;
       const int j = s_lo + i * C::kTileKeys + r;
       const bool fill = j < s_hi;
+      const bool late = fill && j >= written;
+      if ((part == kEarly && late) || (part == kLate && !late)) continue;
       const int64_t off = fill ? paged.Slot(j) * row_bytes + cc * 16 : 0;
       const int dst =
           kFp8 ? r * kLdBytes + cc / (D / 16) * D + SwizzledChunk<D>(r, cc % (D / 16)) * 16
                : r * kLdBytes + cc * 16;
-      CpAsync16(sk + dst, k_cache + off, fill);
-      CpAsync16(sv + dst, v_cache + off, fill);
+      if (part == kLate) {
+        *reinterpret_cast<uint4*>(sk + dst) = __ldcg(reinterpret_cast<const uint4*>(k_cache + off));
+        *reinterpret_cast<uint4*>(sv + dst) = __ldcg(reinterpret_cast<const uint4*>(v_cache + off));
+      } else {
+        CpAsync16(sk + dst, k_cache + off, fill);
+        CpAsync16(sv + dst, v_cache + off, fill);
+      }
     }
   };
-  // Commit a group per stage even when empty, so that wait counts stay uniform.
+  // Commit a group per stage even when empty, so that wait counts stay uniform. The late rows of
+  // these stages are stored directly; the loop's first barrier publishes them.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_tiles) load_tile(s, s);
+    if (s < num_tiles) load_tile(s, s, kEarly);
     CpAsyncCommit();
+  }
+  WaitForPrerequisites();  // this step's keys and the queries come from the kernels before
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_tiles) load_tile(s, s, kLate);
   }
 
   // Q's fragments, straight from memory (rows past the warp's heads are zero).
@@ -164,7 +204,7 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
   for (int i = 0; i < num_tiles; ++i) {
     CpAsyncWait<kStages - 2>();
     __syncthreads();
-    if (i + kStages - 1 < num_tiles) load_tile(i + kStages - 1, (i + kStages - 1) % kStages);
+    if (i + kStages - 1 < num_tiles) load_tile(i + kStages - 1, (i + kStages - 1) % kStages, kAll);
     CpAsyncCommit();
     const uint8_t* tk =
         tiles + (i % kStages) * C::kTileBytes + wk * kKeys * kLdBytes + wh * D * C::kElem;
@@ -282,6 +322,20 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float vs = kFp8 ? p.v_scale : 1.0f;
+  // Where the split's normalised partial row r of the CTA's head hh goes, and its (max, sum):
+  // the workspace of the merge kernel, or with kCluster this CTA's shared memory.
+  float* cs_o = reinterpret_cast<float*>(tiles) + C::kClusterOffset;  // [kHeads * kRows, D]
+  float* cs_stat = cs_o + kHeads * kRows * D;                         // [kHeads * kRows, 2]
+  auto part_row = [&](int hh, int r) -> float* {
+    if constexpr (kCluster) return cs_o + (hh * kRows + r) * D;
+    const int64_t head = (hg * kHeads + hh) * group + chunk_id * kRows + r;
+    return p.split_out + ((row * p.num_heads + head) * splits + split) * D;
+  };
+  auto part_stat = [&](int hh, int r) -> float* {
+    if constexpr (kCluster) return cs_stat + (hh * kRows + r) * 2;
+    const int64_t head = (hg * kHeads + hh) * group + chunk_id * kRows + r;
+    return p.split_stats + ((row * p.num_heads + head) * splits + split) * 2;
+  };
   if constexpr (C::kWarpsPerHead > 1) {
     // Merge the states of the warps that share a head through the (now free) tile memory.
     __syncthreads();
@@ -322,72 +376,148 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
         }
       }
       const float val = sum > 0.0f ? acc / sum * vs : 0.0f;
-      const int64_t head = (hg * kHeads + hh) * group + chunk_id * kRows + r;
-      if (splits == 1) {
+      if (!kCluster && splits == 1) {
+        const int64_t head = (hg * kHeads + hh) * group + chunk_id * kRows + r;
         static_cast<bf16*>(p.out)[t * p.out_stride + head * D + d] = __float2bfloat16_rn(val);
       } else {
-        const int64_t cell = (row * p.num_heads + head) * splits + split;
-        p.split_out[cell * D + d] = val;
+        part_row(hh, r)[d] = val;
         if (d == 0) {
-          p.split_stats[cell * 2] = mx == -INFINITY ? -INFINITY : mx * kLn2;
-          p.split_stats[cell * 2 + 1] = sum;
+          float* st = part_stat(hh, r);
+          st[0] = mx == -INFINITY ? -INFINITY : mx * kLn2;
+          st[1] = sum;
         }
       }
     }
-    return;
-  }
-
-  // One warp a head: its state is final; normalize and write rows g and g + 8.
-  const float s0 = l0 > 0.0f ? vs / l0 : 0.0f, s1 = l1 > 0.0f ? vs / l1 : 0.0f;
-  // Dims dim and dim + 1 of head row r.
-  auto store = [&](int r, int dim, float v0, float v1) {
-    if (r >= nh) return;
-    const int64_t head = h0 + r;
-    if (splits == 1) {
-      *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + t * p.out_stride + head * D +
-                                         dim) = __floats2bfloat162_rn(v0, v1);
+  } else {
+    // One warp a head: its state is final; normalize and write rows g and g + 8.
+    if constexpr (kCluster) __syncthreads();  // every warp is done with the tiles
+    const float s0 = l0 > 0.0f ? vs / l0 : 0.0f, s1 = l1 > 0.0f ? vs / l1 : 0.0f;
+    // Dims dim and dim + 1 of head row r.
+    auto store = [&](int r, int dim, float v0, float v1) {
+      if (r >= nh) return;
+      if (!kCluster && splits == 1) {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + t * p.out_stride +
+                                           (h0 + r) * D + dim) = __floats2bfloat162_rn(v0, v1);
+      } else {
+        *reinterpret_cast<float2*>(part_row(wh, r) + dim) = make_float2(v0, v1);
+      }
+    };
+    if constexpr (kFp8) {
+      // n-tile d, column c2 + e is dim (c2 + e)·D/8 + d: pair n-tiles d and d + 1.
+#pragma unroll
+      for (int d = 0; d < D / 8; d += 2) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int dim = (c2 + e) * (D / 8) + d;
+          store(g, dim, o[d][e] * s0, o[d + 1][e] * s0);
+          store(g + 8, dim, o[d][e + 2] * s1, o[d + 1][e + 2] * s1);
+        }
+      }
     } else {
-      const int64_t cell = (row * p.num_heads + head) * splits + split;
-      *reinterpret_cast<float2*>(p.split_out + cell * D + dim) = make_float2(v0, v1);
-    }
-  };
-  if constexpr (kFp8) {
-    // n-tile d, column c2 + e is dim (c2 + e)·D/8 + d: pair n-tiles d and d + 1.
 #pragma unroll
-    for (int d = 0; d < D / 8; d += 2) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int dim = (c2 + e) * (D / 8) + d;
-        store(g, dim, o[d][e] * s0, o[d + 1][e] * s0);
-        store(g + 8, dim, o[d][e + 2] * s1, o[d + 1][e + 2] * s1);
+      for (int d = 0; d < D / 8; ++d) {
+        store(g, d * 8 + c2, o[d][0] * s0, o[d][1] * s0);
+        store(g + 8, d * 8 + c2, o[d][2] * s1, o[d][3] * s1);
       }
     }
-  } else {
+    if ((kCluster || splits > 1) && c4 == 0) {
+      const float m[2] = {m0, m1}, l[2] = {l0, l1};
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      store(g, d * 8 + c2, o[d][0] * s0, o[d][1] * s0);
-      store(g + 8, d * 8 + c2, o[d][2] * s1, o[d][3] * s1);
+      for (int e = 0; e < 2; ++e) {
+        if (g + 8 * e >= nh) continue;
+        float* st = part_stat(wh, g + 8 * e);
+        st[0] = m[e] == -INFINITY ? -INFINITY : m[e] * kLn2;
+        st[1] = l[e];
+      }
     }
   }
-  if (splits > 1 && c4 == 0) {
-    const float m[2] = {m0, m1}, l[2] = {l0, l1};
+  if constexpr (kCluster) {
+    // Every split's rows are in its shared memory: CTA `rank` merges every S-th group of four
+    // dims of the CTA's heads, with the weights of the merge kernel (same order).
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const int rank = static_cast<int>(cluster.block_rank());
+    constexpr int kQuads = D / 4;
+    for (int item = rank * C::kThreads + static_cast<int>(threadIdx.x); item < kHeads * nh * kQuads;
+         item += splits * C::kThreads) {
+      const int hr = item / kQuads, d0 = (item % kQuads) * 4;
+      const int hh = hr / nh, r = hr % nh, lr = hh * kRows + r;
+      float2 st[kMaxClusterSplits];
+      float4 x[kMaxClusterSplits];
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      if (g + 8 * e >= nh) continue;
-      const int64_t cell = (row * p.num_heads + h0 + g + 8 * e) * splits + split;
-      p.split_stats[cell * 2] = m[e] == -INFINITY ? -INFINITY : m[e] * kLn2;
-      p.split_stats[cell * 2 + 1] = l[e];
+      for (int sp = 0; sp < kMaxClusterSplits; ++sp) {
+        if (sp < splits) {
+          st[sp] = *reinterpret_cast<const float2*>(cluster.map_shared_rank(cs_stat, sp) + 2 * lr);
+          x[sp] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(cs_o, sp) + lr * D + d0);
+        }
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int sp = 0; sp < kMaxClusterSplits; ++sp) {
+        if (sp < splits) mx = fmaxf(mx, st[sp].x);
+      }
+      float sum = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int sp = 0; sp < kMaxClusterSplits; ++sp) {
+        if (sp < splits) {
+          const float w = st[sp].x == -INFINITY ? 0.0f : st[sp].y * __expf(st[sp].x - mx);
+          sum += w;
+          acc[0] += w * x[sp].x;
+          acc[1] += w * x[sp].y;
+          acc[2] += w * x[sp].z;
+          acc[3] += w * x[sp].w;
+        }
+      }
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int64_t head = (hg * kHeads + hh) * group + chunk_id * kRows + r;
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) +
+                                                              t * p.out_stride + head * D + d0);
+      dst[0] = __floats2bfloat162_rn(acc[0] * inv, acc[1] * inv);
+      dst[1] = __floats2bfloat162_rn(acc[2] * inv, acc[3] * inv);
     }
+    cluster.sync();  // the others' shared memory stays until every CTA has read it
   }
 }
 
-template <int D, bool kFp8, int kHeads>
+template <int D, bool kFp8, int kHeads, bool kCluster>
 const void* Kernel() {
   using C = Config<D, kFp8, kHeads>;
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      DecodeKernel<D, kFp8, kHeads>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
-  return attr == cudaSuccess ? reinterpret_cast<const void*>(DecodeKernel<D, kFp8, kHeads>)
-                             : nullptr;
+  constexpr auto kernel = DecodeKernel<D, kFp8, kHeads, kCluster>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  return attr == cudaSuccess ? reinterpret_cast<const void*>(kernel) : nullptr;
+}
+
+// Whether clusters of `splits` CTAs of the kernel can be resident (asked once a size).
+template <int D, bool kFp8, int kHeads>
+bool ClusterFits(int splits) {
+  using C = Config<D, kFp8, kHeads>;
+  static std::atomic<int> known[kMaxClusterSplits + 1];  // 0 unknown, 1 fits, 2 does not
+  if (splits < 2 || splits > kMaxClusterSplits) return false;
+  int k = known[splits].load(std::memory_order_relaxed);
+  if (k == 0) {
+    const void* kernel = Kernel<D, kFp8, kHeads, true>();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, static_cast<unsigned>(splits));
+    cfg.blockDim = dim3(C::kThreads);
+    cfg.dynamicSmemBytes = C::kSmem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    const bool ok = kernel != nullptr &&
+                    cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess &&
+                    clusters > 0;
+    if (!ok) (void)cudaGetLastError();  // a failed query is not the stream's error
+    k = ok ? 1 : 2;
+    known[splits].store(k, std::memory_order_relaxed);
+  }
+  return k == 1;
 }
 
 // Calls f(D, fp8, heads) as integral constants for the kernel instance that serves p's shape.
@@ -412,19 +542,25 @@ auto Dispatch(int64_t head_dim, bool kv_fp8, int heads, F&& f) {
 
 }  // namespace
 
-cudaError_t AttentionDecodeMma(const AttentionParams& p, cudaStream_t stream) {
+cudaError_t AttentionDecodeMma(const AttentionParams& p, cudaStream_t stream, bool* merged) {
   const int heads = HeadsPerCta(p.num_rows, p.num_kv_heads);
+  *merged = false;
   return Dispatch(p.head_dim, p.kv_fp8, heads, [&](auto d, auto fp8, auto h) -> cudaError_t {
-    using C = Config<decltype(d)::value, decltype(fp8)::value, decltype(h)::value>;
-    if (Kernel<decltype(d)::value, decltype(fp8)::value, decltype(h)::value>() == nullptr) {
-      return cudaErrorInvalidValue;
-    }
+    constexpr int kD = decltype(d)::value, kH = decltype(h)::value;
+    constexpr bool kF = decltype(fp8)::value;
+    using C = Config<kD, kF, kH>;
     const int64_t group = p.num_heads / p.num_kv_heads;
-    const int64_t ctas = p.num_kv_heads / h * ((group + kRows - 1) / kRows);
+    const int64_t ctas = p.num_kv_heads / kH * ((group + kRows - 1) / kRows);
     const dim3 grid(static_cast<unsigned>(p.num_rows * ctas), static_cast<unsigned>(p.num_splits));
-    return LaunchDependent(
-        DecodeKernel<decltype(d)::value, decltype(fp8)::value, decltype(h)::value>, grid,
-        C::kThreads, C::kSmem, stream, p);
+    if (p.num_splits >= 2 && p.num_splits <= kMaxClusterSplits &&
+        ClusterFits<kD, kF, kH>(static_cast<int>(p.num_splits))) {
+      *merged = true;
+      return LaunchDependentCluster(DecodeKernel<kD, kF, kH, true>, grid, dim3(C::kThreads),
+                                    C::kSmem, dim3(1, static_cast<unsigned>(p.num_splits), 1),
+                                    stream, p);
+    }
+    if (Kernel<kD, kF, kH, false>() == nullptr) return cudaErrorInvalidValue;
+    return LaunchDependent(DecodeKernel<kD, kF, kH, false>, grid, C::kThreads, C::kSmem, stream, p);
   });
 }
 
@@ -434,10 +570,11 @@ AttentionRowsShape AttentionDecodeMmaShape(int64_t num_rows, int64_t head_dim, b
   const int64_t group = num_heads / num_kv_heads;
   AttentionRowsShape shape;
   shape.ctas_per_row = num_kv_heads / heads * ((group + kRows - 1) / kRows);
+  shape.cluster_splits = kMaxClusterSplits;
   shape.ctas_per_sm = Dispatch(head_dim, kv_fp8, heads, [](auto d, auto fp8, auto h) -> int64_t {
     using C = Config<decltype(d)::value, decltype(fp8)::value, decltype(h)::value>;
     static const int64_t fit = [] {
-      const void* k = Kernel<decltype(d)::value, decltype(fp8)::value, decltype(h)::value>();
+      const void* k = Kernel<decltype(d)::value, decltype(fp8)::value, decltype(h)::value, false>();
       int n = 0;
       if (k == nullptr || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, C::kThreads,
                                                                         C::kSmem) != cudaSuccess) {

@@ -247,9 +247,11 @@ int64_t ChooseAttentionSplits(int64_t num_rows, const AttentionRowsShape& shape,
   // The nearest whole number of splits: a last wave that is mostly empty costs as much as a full
   // one.
   const int64_t want = (2 * slots + ctas) / (2 * ctas);
-  // Short contexts are not split: a merge kernel costs more than the keys it would spread.
-  const int64_t by_keys = std::max<int64_t>(1, max_keys / 512);
-  return std::clamp<int64_t>(std::min(want, by_keys), 1, kMaxSplits);
+  // Short contexts are not split for a merge kernel: it costs more than the keys it would
+  // spread. Merged in a cluster, a split is worth one tile of 64 keys.
+  const int64_t merged = std::clamp<int64_t>(std::min(want, max_keys / 512), 1, kMaxSplits);
+  const int64_t clustered = std::min({want, max_keys / 64, shape.cluster_splits});
+  return clustered >= 2 && clustered >= merged ? clustered : merged;
 }
 
 int AttentionRows(const AttentionParams& p, void* stream) {
@@ -264,9 +266,10 @@ int AttentionRows(const AttentionParams& p, void* stream) {
     constexpr int V = kVec<T>;
     if (p.head_dim % V != 0 || p.head_dim > 32 * V) return cudaErrorInvalidValue;
     cudaError_t e;
+    bool merged = false;
     if (p.kv_fp8 && !PrefillSupports(p.dtype, p.head_dim)) return cudaErrorInvalidValue;
     if (PrefillSupports(p.dtype, p.head_dim)) {
-      e = AttentionDecodeMma(p, s);
+      e = AttentionDecodeMma(p, s, &merged);
     } else if (p.head_dim <= 4 * V) {
       e = LaunchLanes<T, 4>(p, s);
     } else if (p.head_dim <= 8 * V) {
@@ -276,7 +279,7 @@ int AttentionRows(const AttentionParams& p, void* stream) {
     } else {
       e = LaunchLanes<T, 32>(p, s);
     }
-    if (e != cudaSuccess || p.num_splits == 1) return e;
+    if (e != cudaSuccess || p.num_splits == 1 || merged) return e;
     const dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.num_heads));
     return LaunchDependent(MergeKernel<T>, grid, 128, 0, s, p);
   });
