@@ -85,21 +85,43 @@ __device__ __forceinline__ int QkvRow(const StagedArgs::Qkv& q, int l) {
   return l - i + (i >> 1) + (i & 1) * (q.rotary_dim >> 1);
 }
 
+// What the epilogue of logical rows (l, l + 1) of token m reads from global memory; loaded before
+// the product, so that the loads' latency hides behind it instead of adding to the kernel's tail.
+struct QkvPairInputs {
+  float position, inv_freq, bias0, bias1;
+  int64_t slot;
+};
+
+__device__ __forceinline__ QkvPairInputs LoadQkvPair(const StagedArgs& a, int m, int l) {
+  const StagedArgs::Qkv& q = a.qkv;
+  QkvPairInputs in{0.0f, 0.0f, 0.0f, 0.0f, 0};
+  if (q.bias != nullptr) {
+    in.bias0 = q.bias[QkvRow(q, l)];
+    in.bias1 = q.bias[QkvRow(q, l + 1)];
+  }
+  if (l < q.q_dim + q.kv_dim && l % q.head_dim < q.rotary_dim) {
+    in.position = static_cast<float>(q.positions[m]);
+    in.inv_freq = q.inv_freq[(l % q.head_dim) >> 1];
+  }
+  if (l >= q.q_dim) in.slot = q.slot_mapping[m];
+  return in;
+}
+
 // The epilogue for logical rows (l, l + 1) of token m with f32 sums (s0, s1).
-__device__ __forceinline__ void QkvFinishPair(const StagedArgs& a, int m, int l, float s0,
-                                              float s1) {
+__device__ __forceinline__ void QkvFinishPair(const StagedArgs& a, int m, int l, float s0, float s1,
+                                              const QkvPairInputs& in) {
   const StagedArgs::Qkv& q = a.qkv;
   const int p0 = QkvRow(q, l), p1 = QkvRow(q, l + 1);
   if (q.bias != nullptr) {
-    s0 += q.bias[p0];
-    s1 += q.bias[p1];
+    s0 += in.bias0;
+    s1 += in.bias1;
   }
   const bool is_v = l >= q.q_dim + q.kv_dim;
   const int i = l % q.head_dim;  // even: head_dim is even and l is even
   if (!is_v && i < q.rotary_dim) {
     // Angles and pair convention as QkvKernel (qkv.cu): (a, b) -> (a c - b s, b c + a s).
     float sn, cs;
-    sincosf(static_cast<float>(q.positions[m]) * q.inv_freq[i >> 1], &sn, &cs);
+    sincosf(in.position * in.inv_freq, &sn, &cs);
     const float c = cs * q.attention_scaling, sv = sn * q.attention_scaling;
     const float first = s0 * c - s1 * sv;
     const float second = s1 * c + s0 * sv;
@@ -113,7 +135,7 @@ __device__ __forceinline__ void QkvFinishPair(const StagedArgs& a, int m, int l,
     return;
   }
   const int col = is_v ? q.q_dim + q.kv_dim : q.q_dim;
-  const int64_t at = q.slot_mapping[m] * q.kv_dim - col;
+  const int64_t at = in.slot * q.kv_dim - col;
   void* cache = is_v ? q.v_cache : q.k_cache;
   if (q.kv_fp8) {
     const float inv_scale = 1.0f / (is_v ? q.v_scale : q.k_scale);
@@ -242,8 +264,14 @@ __device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs, int ro
   }
 }
 
+// CTAs per multiprocessor the kernel is compiled to fit at once: 2, and 3 for the q/k/v epilogue
+// of one row, which would take more than the 80 registers a thread that 3 CTAs leave (the plain
+// one-row kernels take fewer as they are; kDefaultBlocksPerSm is 3).
+template <int M, bool kQkv>
+constexpr int kMinBlocks = M == 1 && kQkv ? 3 : 2;
+
 template <int M, typename TOut, GemvInput kIn, bool kQkv>
-__global__ void __launch_bounds__(kThreads, 2) GemvStagedKernel(StagedArgs a) {
+__global__ void __launch_bounds__(kThreads, (kMinBlocks<M, kQkv>)) GemvStagedKernel(StagedArgs a) {
   extern __shared__ uint4 smem[];
   bf16* ring = reinterpret_cast<bf16*>(smem);               // [kStages, kChunk]
   bf16* xs = ring + kStages * kChunk;                       // [M, k]
@@ -259,14 +287,41 @@ __global__ void __launch_bounds__(kThreads, 2) GemvStagedKernel(StagedArgs a) {
   // barrier: waiting for its own copies is enough.
   const bf16* wb = a.w + static_cast<int64_t>(row0) * a.k + t * 8;
   bf16* slot0 = ring + t * 8;
+  // kQkv: chunks are issued in order of c, so the logical row of the next one is tracked (its dim
+  // `dim` within the head starting at logical row `head`, chunk `in_row` of it) instead of found
+  // by divisions, and `src` is the thread's 16 bytes of it in its physical row. Past the last
+  // chunk, src stays on the last one (issued with nothing to read).
+  int head = 0, dim = 0, in_row = 0;
+  const bf16* src = nullptr;
+  auto physical = [&] {
+    const StagedArgs::Qkv& q = a.qkv;
+    int p = head + dim;
+    if (!q.interleaved && dim < q.rotary_dim && head < q.q_dim + q.kv_dim) {
+      p = head + (dim >> 1) + (dim & 1) * (q.rotary_dim >> 1);
+    }
+    return a.w + static_cast<int64_t>(p) * a.k + t * 8;
+  };
+  if constexpr (kQkv) {
+    dim = row0 % a.qkv.head_dim;
+    head = row0 - dim;
+    src = physical();
+  }
   auto issue = [&](int c) {
     const bool in = c < chunks;
     if constexpr (kQkv) {
-      // Logical row row0 + c / cpr reads its physical row.
-      const int cc = in ? c : 0;
-      const bf16* src = a.w + static_cast<int64_t>(QkvRow(a.qkv, row0 + cc / cpr)) * a.k +
-                        (cc % cpr) * kChunk + t * 8;
       CpAsync16(slot0 + (c % kStages) * kChunk, src, in);
+      if (c + 1 < chunks) {
+        if (++in_row < cpr) {
+          src += kChunk;
+        } else {
+          in_row = 0;
+          if (++dim == a.qkv.head_dim) {
+            dim = 0;
+            head += a.qkv.head_dim;
+          }
+          src = physical();
+        }
+      }
     } else {
       CpAsync16(slot0 + (c % kStages) * kChunk, wb + static_cast<int64_t>(in ? c : 0) * kChunk, in);
     }
@@ -274,7 +329,11 @@ __global__ void __launch_bounds__(kThreads, 2) GemvStagedKernel(StagedArgs a) {
   };
 #pragma unroll
   for (int c = 0; c < kStages; ++c) issue(c);
-  WaitForPrerequisites();  // the input comes from the kernel before
+  WaitForPrerequisites();      // the input comes from the kernel before
+  QkvPairInputs first_pair{};  // kQkv: the epilogue's inputs of this thread's first pair
+  if constexpr (kQkv) {
+    if (t < rows / 2 * M) first_pair = LoadQkvPair(a, t % M, row0 + t / M * 2);
+  }
   StageInput<M, kIn>(a, xs, row0);
   __syncthreads();
   // Control flow costs no memory parallelism here: the bytes in flight are in the ring.
@@ -320,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, 2) GemvStagedKernel(StagedArgs a) {
         s0 += partial[(r * kWarps + q) * M + m];
         s1 += partial[((r + 1) * kWarps + q) * M + m];
       }
-      QkvFinishPair(a, m, row0 + r, s0, s1);
+      QkvFinishPair(a, m, row0 + r, s0, s1, o == t ? first_pair : LoadQkvPair(a, m, row0 + r));
     }
   } else {
     for (int o = t; o < rows * M; o += kThreads) {
