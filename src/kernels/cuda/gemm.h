@@ -63,6 +63,30 @@ int Gemv(const GemmParams& p, void* stream, GemvTiling tiling = {});
 //             residual_out is set (with add; it must not alias residual), it receives the sums.
 enum class GemvInput { kPlain, kRmsNorm, kSiluMul };
 inline constexpr int64_t kGemvFusedMaxRows = 2;
+// Optional q/k/v epilogue of the staged GEMV: the work of QkvRopeKvWrite (qkv.h) done on the
+// GEMV's f32 sums, without the per-head q/k RMSNorm. The n = (num_heads + 2 * num_kv_heads) *
+// head_dim output rows of token row m are q | k | v (num_kv_heads * head_dim each, as QkvParams's
+// qkv row); every field means what the QkvParams field of that name means. bias (f32, optional)
+// is added to the sums, the first rotary_dim dims of each q and k head are rotated by
+// positions[m] * inv_freq[j] (times attention_scaling); q goes to y (bf16, columns [0, q_dim) of
+// row m; the k and v columns of y are not written), k and v go only to the paged caches at
+// slot_mapping[m] (bf16, or e4m3 of value / scale with kv_fp8). Needs bf16 output, group_n == 0,
+// even head_dim and rotary_dim <= head_dim, rotary_dim even. The sums are not rounded before the
+// rotation (the unfused path rounds them to bf16 first: results may differ by one bf16 ulp).
+struct GemvQkvEpilogue {
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  const float* bias = nullptr;         // [q_dim + 2 * kv_dim], optional
+  const int32_t* positions = nullptr;  // [m]
+  const float* inv_freq = nullptr;     // [rotary_dim / 2]
+  int64_t rotary_dim = 0;
+  bool interleaved = false;
+  float attention_scaling = 1.0f;
+  void* k_cache = nullptr;  // [num_blocks, block_size, kv_dim] bf16 or e4m3
+  void* v_cache = nullptr;
+  bool kv_fp8 = false;
+  float k_scale = 1.0f, v_scale = 1.0f;
+  const int64_t* slot_mapping = nullptr;  // [m]
+};
 struct GemvFusedParams {
   GemmParams gemm;
   GemvInput input = GemvInput::kPlain;
@@ -75,6 +99,8 @@ struct GemvFusedParams {
   float eps = 1e-6f, weight_offset = 0.0f;
   int blocks_per_sm =
       0;  // CTAs per multiprocessor; 0: the default (3, fewer where they do not fit)
+  // Host memory, read when GemvFused launches; nullptr: y = f(x) · wᵀ as above.
+  const GemvQkvEpilogue* qkv = nullptr;
 };
 bool GemvFusedSupports(const GemvFusedParams& p);
 int GemvFused(const GemvFusedParams& p, void* stream);

@@ -11,6 +11,14 @@
 // Since k is a multiple of the chunk, a chunk lies in one row: each warp reduces its share of a
 // row into shared memory and the CTA adds the 8 shares in a fixed order (deterministic). The first
 // batch of weights is requested before WaitForPrerequisites, while the kernel before still runs.
+//
+// The q/k/v epilogue (GemvQkvEpilogue): a CTA owns a range of LOGICAL rows, and logical row L
+// reads physical weight row P(L), a permutation within each q and k head that makes the two rows
+// of every rotary pair logical neighbours (2j, 2j + 1): for i = L % head_dim < rotary_dim in
+// the halves layout (pairs (j, j + rotary_dim / 2)), P = head * head_dim + i / 2 + (i % 2) *
+// rotary_dim / 2; interleaved pairs, dims past rotary_dim and v rows keep P = L. Ranges have an
+// even number of rows, so a pair never straddles two CTAs, and one thread finishes a pair: bias,
+// rotation, and the store of q to y or of k / v to the paged caches (physical columns).
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
@@ -55,7 +63,89 @@ struct StagedArgs {
   float* residual_out;
   const float* norm_weight;
   float eps, weight_offset;
+  // The q/k/v epilogue (kernels with kQkv only).
+  struct Qkv {
+    int head_dim, q_dim, kv_dim, rotary_dim;
+    bool interleaved, kv_fp8;
+    float attention_scaling, k_scale, v_scale;
+    const float* bias;
+    const int32_t* positions;
+    const float* inv_freq;
+    void* k_cache;
+    void* v_cache;
+    const int64_t* slot_mapping;
+  } qkv;
 };
+
+// The physical weight row of logical row l under the q/k/v epilogue (see the header comment).
+__device__ __forceinline__ int QkvRow(const StagedArgs::Qkv& q, int l) {
+  if (q.interleaved || l >= q.q_dim + q.kv_dim) return l;
+  const int i = l % q.head_dim;
+  if (i >= q.rotary_dim) return l;
+  return l - i + (i >> 1) + (i & 1) * (q.rotary_dim >> 1);
+}
+
+// What the epilogue of logical rows (l, l + 1) of token m reads from global memory; loaded before
+// the product, so that the loads' latency hides behind it instead of adding to the kernel's tail.
+struct QkvPairInputs {
+  float position, inv_freq, bias0, bias1;
+  int64_t slot;
+};
+
+__device__ __forceinline__ QkvPairInputs LoadQkvPair(const StagedArgs& a, int m, int l) {
+  const StagedArgs::Qkv& q = a.qkv;
+  QkvPairInputs in{0.0f, 0.0f, 0.0f, 0.0f, 0};
+  if (q.bias != nullptr) {
+    in.bias0 = q.bias[QkvRow(q, l)];
+    in.bias1 = q.bias[QkvRow(q, l + 1)];
+  }
+  if (l < q.q_dim + q.kv_dim && l % q.head_dim < q.rotary_dim) {
+    in.position = static_cast<float>(q.positions[m]);
+    in.inv_freq = q.inv_freq[(l % q.head_dim) >> 1];
+  }
+  if (l >= q.q_dim) in.slot = q.slot_mapping[m];
+  return in;
+}
+
+// The epilogue for logical rows (l, l + 1) of token m with f32 sums (s0, s1).
+__device__ __forceinline__ void QkvFinishPair(const StagedArgs& a, int m, int l, float s0, float s1,
+                                              const QkvPairInputs& in) {
+  const StagedArgs::Qkv& q = a.qkv;
+  const int p0 = QkvRow(q, l), p1 = QkvRow(q, l + 1);
+  if (q.bias != nullptr) {
+    s0 += in.bias0;
+    s1 += in.bias1;
+  }
+  const bool is_v = l >= q.q_dim + q.kv_dim;
+  const int i = l % q.head_dim;  // even: head_dim is even and l is even
+  if (!is_v && i < q.rotary_dim) {
+    // Angles and pair convention as QkvKernel (qkv.cu): (a, b) -> (a c - b s, b c + a s).
+    float sn, cs;
+    sincosf(in.position * in.inv_freq, &sn, &cs);
+    const float c = cs * q.attention_scaling, sv = sn * q.attention_scaling;
+    const float first = s0 * c - s1 * sv;
+    const float second = s1 * c + s0 * sv;
+    s0 = first;
+    s1 = second;
+  }
+  if (l < q.q_dim) {
+    bf16* y = static_cast<bf16*>(a.y) + static_cast<int64_t>(m) * a.ldy;
+    y[p0] = FromFloat<bf16>(s0);
+    y[p1] = FromFloat<bf16>(s1);
+    return;
+  }
+  const int col = is_v ? q.q_dim + q.kv_dim : q.q_dim;
+  const int64_t at = in.slot * q.kv_dim - col;
+  void* cache = is_v ? q.v_cache : q.k_cache;
+  if (q.kv_fp8) {
+    const float inv_scale = 1.0f / (is_v ? q.v_scale : q.k_scale);
+    static_cast<uint8_t*>(cache)[at + p0] = ToE4M3(s0 * inv_scale);
+    static_cast<uint8_t*>(cache)[at + p1] = ToE4M3(s1 * inv_scale);
+  } else {
+    static_cast<bf16*>(cache)[at + p0] = FromFloat<bf16>(s0);
+    static_cast<bf16*>(cache)[at + p1] = FromFloat<bf16>(s1);
+  }
+}
 
 // Writes the M input rows (k elements each, bf16 as the unfused ops would store them) to xs.
 template <int M, GemvInput kIn>
@@ -174,8 +264,14 @@ __device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs, int ro
   }
 }
 
-template <int M, typename TOut, GemvInput kIn>
-__global__ void __launch_bounds__(kThreads, 2) GemvStagedKernel(StagedArgs a) {
+// CTAs per multiprocessor the kernel is compiled to fit at once: 2, and 3 for the q/k/v epilogue
+// of one row, which would take more than the 80 registers a thread that 3 CTAs leave (the plain
+// one-row kernels take fewer as they are; kDefaultBlocksPerSm is 3).
+template <int M, bool kQkv>
+constexpr int kMinBlocks = M == 1 && kQkv ? 3 : 2;
+
+template <int M, typename TOut, GemvInput kIn, bool kQkv>
+__global__ void __launch_bounds__(kThreads, (kMinBlocks<M, kQkv>)) GemvStagedKernel(StagedArgs a) {
   extern __shared__ uint4 smem[];
   bf16* ring = reinterpret_cast<bf16*>(smem);               // [kStages, kChunk]
   bf16* xs = ring + kStages * kChunk;                       // [M, k]
@@ -191,14 +287,53 @@ __global__ void __launch_bounds__(kThreads, 2) GemvStagedKernel(StagedArgs a) {
   // barrier: waiting for its own copies is enough.
   const bf16* wb = a.w + static_cast<int64_t>(row0) * a.k + t * 8;
   bf16* slot0 = ring + t * 8;
+  // kQkv: chunks are issued in order of c, so the logical row of the next one is tracked (its dim
+  // `dim` within the head starting at logical row `head`, chunk `in_row` of it) instead of found
+  // by divisions, and `src` is the thread's 16 bytes of it in its physical row. Past the last
+  // chunk, src stays on the last one (issued with nothing to read).
+  int head = 0, dim = 0, in_row = 0;
+  const bf16* src = nullptr;
+  auto physical = [&] {
+    const StagedArgs::Qkv& q = a.qkv;
+    int p = head + dim;
+    if (!q.interleaved && dim < q.rotary_dim && head < q.q_dim + q.kv_dim) {
+      p = head + (dim >> 1) + (dim & 1) * (q.rotary_dim >> 1);
+    }
+    return a.w + static_cast<int64_t>(p) * a.k + t * 8;
+  };
+  if constexpr (kQkv) {
+    dim = row0 % a.qkv.head_dim;
+    head = row0 - dim;
+    src = physical();
+  }
   auto issue = [&](int c) {
     const bool in = c < chunks;
-    CpAsync16(slot0 + (c % kStages) * kChunk, wb + static_cast<int64_t>(in ? c : 0) * kChunk, in);
+    if constexpr (kQkv) {
+      CpAsync16(slot0 + (c % kStages) * kChunk, src, in);
+      if (c + 1 < chunks) {
+        if (++in_row < cpr) {
+          src += kChunk;
+        } else {
+          in_row = 0;
+          if (++dim == a.qkv.head_dim) {
+            dim = 0;
+            head += a.qkv.head_dim;
+          }
+          src = physical();
+        }
+      }
+    } else {
+      CpAsync16(slot0 + (c % kStages) * kChunk, wb + static_cast<int64_t>(in ? c : 0) * kChunk, in);
+    }
     CpAsyncCommit();
   };
 #pragma unroll
   for (int c = 0; c < kStages; ++c) issue(c);
-  WaitForPrerequisites();  // the input comes from the kernel before
+  WaitForPrerequisites();      // the input comes from the kernel before
+  QkvPairInputs first_pair{};  // kQkv: the epilogue's inputs of this thread's first pair
+  if constexpr (kQkv) {
+    if (t < rows / 2 * M) first_pair = LoadQkvPair(a, t % M, row0 + t / M * 2);
+  }
   StageInput<M, kIn>(a, xs, row0);
   __syncthreads();
   // Control flow costs no memory parallelism here: the bytes in flight are in the ring.
@@ -234,12 +369,26 @@ __global__ void __launch_bounds__(kThreads, 2) GemvStagedKernel(StagedArgs a) {
   }
   CpAsyncWait<0>();
   __syncthreads();
-  for (int o = t; o < rows * M; o += kThreads) {
-    const int r = o / M, m = o % M;
-    float s = 0.0f;
+  if constexpr (kQkv) {
+    // One thread a pair of logical rows (rows is even) and a token.
+    for (int o = t; o < rows / 2 * M; o += kThreads) {
+      const int r = o / M * 2, m = o % M;
+      float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-    for (int q = 0; q < kWarps; ++q) s += partial[(r * kWarps + q) * M + m];
-    static_cast<TOut*>(a.y)[m * a.ldy + row0 + r] = FromFloat<TOut>(s);
+      for (int q = 0; q < kWarps; ++q) {
+        s0 += partial[(r * kWarps + q) * M + m];
+        s1 += partial[((r + 1) * kWarps + q) * M + m];
+      }
+      QkvFinishPair(a, m, row0 + r, s0, s1, o == t ? first_pair : LoadQkvPair(a, m, row0 + r));
+    }
+  } else {
+    for (int o = t; o < rows * M; o += kThreads) {
+      const int r = o / M, m = o % M;
+      float s = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kWarps; ++q) s += partial[(r * kWarps + q) * M + m];
+      static_cast<TOut*>(a.y)[m * a.ldy + row0 + r] = FromFloat<TOut>(s);
+    }
   }
 }
 
@@ -253,10 +402,10 @@ int MultiprocessorCount() {
   return count;
 }
 
-template <int M, typename TOut, GemvInput kIn>
+template <int M, typename TOut, GemvInput kIn, bool kQkv>
 cudaError_t LaunchStaged(StagedArgs a, int64_t m, int64_t n, int64_t k, int blocks_per_sm,
                          cudaStream_t stream) {
-  auto kernel = GemvStagedKernel<M, TOut, kIn>;
+  auto kernel = GemvStagedKernel<M, TOut, kIn, kQkv>;
   const size_t x_bytes = kRingBytes + static_cast<size_t>(m * k * 2);
   const size_t row_bytes = static_cast<size_t>(kWarps * m * 4);
   const int64_t max_rows = static_cast<int64_t>((kMaxSmem - x_bytes) / row_bytes);
@@ -272,6 +421,10 @@ cudaError_t LaunchStaged(StagedArgs a, int64_t m, int64_t n, int64_t k, int bloc
     rows_per_block = std::min((n + grid - 1) / grid, max_rows);
     // Grouped products: a CTA's rows stay in one group (rows_per_block divides group_n).
     while (a.group_n > 0 && a.group_n % rows_per_block != 0) --rows_per_block;
+    // The q/k/v epilogue: an even number of rows, so that rotary pairs stay in one CTA.
+    if (kQkv && rows_per_block % 2 != 0) {
+      rows_per_block += rows_per_block + 1 <= max_rows ? 1 : -1;
+    }
     grid = (n + rows_per_block - 1) / rows_per_block;
     smem = x_bytes + static_cast<size_t>(rows_per_block) * row_bytes;
     int fits = 0;
@@ -284,18 +437,33 @@ cudaError_t LaunchStaged(StagedArgs a, int64_t m, int64_t n, int64_t k, int bloc
                          a);
 }
 
-template <int M, typename TOut>
+template <int M, typename TOut, bool kQkv = false>
 cudaError_t DispatchInput(const GemvFusedParams& p, const StagedArgs& a, cudaStream_t s) {
   const GemmParams& g = p.gemm;
   switch (p.input) {
     case GemvInput::kPlain:
-      return LaunchStaged<M, TOut, GemvInput::kPlain>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
+      return LaunchStaged<M, TOut, GemvInput::kPlain, kQkv>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
     case GemvInput::kRmsNorm:
-      return LaunchStaged<M, TOut, GemvInput::kRmsNorm>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
+      return LaunchStaged<M, TOut, GemvInput::kRmsNorm, kQkv>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
     case GemvInput::kSiluMul:
-      return LaunchStaged<M, TOut, GemvInput::kSiluMul>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
+      return LaunchStaged<M, TOut, GemvInput::kSiluMul, kQkv>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
   }
   return cudaErrorInvalidValue;
+}
+
+bool QkvEpilogueSupported(const GemvFusedParams& p) {
+  const GemvQkvEpilogue& q = *p.qkv;
+  const GemmParams& g = p.gemm;
+  if (g.out_dtype != DType::kBF16 || g.group_n != 0 || g.y == nullptr) return false;
+  if (q.num_heads < 1 || q.num_kv_heads < 1 || q.head_dim < 2 || q.head_dim % 2 != 0 ||
+      g.n != (q.num_heads + 2 * q.num_kv_heads) * q.head_dim) {
+    return false;
+  }
+  if (g.m > 1 && g.ldy < q.num_heads * q.head_dim) return false;
+  if (q.rotary_dim < 0 || q.rotary_dim % 2 != 0 || q.rotary_dim > q.head_dim) return false;
+  if (q.rotary_dim > 0 && (q.positions == nullptr || q.inv_freq == nullptr)) return false;
+  if (q.k_cache == nullptr || q.v_cache == nullptr || q.slot_mapping == nullptr) return false;
+  return !q.kv_fp8 || (q.k_scale > 0.0f && q.v_scale > 0.0f);
 }
 
 }  // namespace
@@ -308,7 +476,12 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
       g.n < 1 || g.n > (int64_t{1} << 30) || g.k > (int64_t{1} << 20)) {
     return false;
   }
-  if (kRingBytes + static_cast<size_t>(g.m * g.k * 2 + kWarps * g.m * 4) > kMaxSmem) return false;
+  // One row of partial sums at least (two with the q/k/v epilogue).
+  const int64_t min_rows = p.qkv != nullptr ? 2 : 1;
+  if (kRingBytes + static_cast<size_t>(g.m * g.k * 2 + min_rows * kWarps * g.m * 4) > kMaxSmem) {
+    return false;
+  }
+  if (p.qkv != nullptr && !QkvEpilogueSupported(p)) return false;
   if (g.group_n < 0 || (g.group_n > 0 && (p.input != GemvInput::kPlain || g.n % g.group_n != 0 ||
                                           g.ldx < g.n / g.group_n * g.k))) {
     return false;
@@ -349,7 +522,27 @@ int GemvFused(const GemvFusedParams& p, void* stream) {
   a.norm_weight = p.norm_weight;
   a.eps = p.eps;
   a.weight_offset = p.weight_offset;
+  a.qkv = {};
   const auto s = static_cast<cudaStream_t>(stream);
+  if (p.qkv != nullptr) {
+    const GemvQkvEpilogue& q = *p.qkv;
+    a.qkv.head_dim = static_cast<int>(q.head_dim);
+    a.qkv.q_dim = static_cast<int>(q.num_heads * q.head_dim);
+    a.qkv.kv_dim = static_cast<int>(q.num_kv_heads * q.head_dim);
+    a.qkv.rotary_dim = static_cast<int>(q.rotary_dim);
+    a.qkv.interleaved = q.interleaved;
+    a.qkv.kv_fp8 = q.kv_fp8;
+    a.qkv.attention_scaling = q.attention_scaling;
+    a.qkv.k_scale = q.k_scale;
+    a.qkv.v_scale = q.v_scale;
+    a.qkv.bias = q.bias;
+    a.qkv.positions = q.positions;
+    a.qkv.inv_freq = q.inv_freq;
+    a.qkv.k_cache = q.k_cache;
+    a.qkv.v_cache = q.v_cache;
+    a.qkv.slot_mapping = q.slot_mapping;
+    return g.m == 1 ? DispatchInput<1, bf16, true>(p, a, s) : DispatchInput<2, bf16, true>(p, a, s);
+  }
   if (g.out_dtype == DType::kF32) {
     return g.m == 1 ? DispatchInput<1, float>(p, a, s) : DispatchInput<2, float>(p, a, s);
   }

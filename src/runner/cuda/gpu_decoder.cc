@@ -272,8 +272,10 @@ Status GpuDecoder::StagedGemv(kc::GemvFusedParams f, const DeviceTensor& w, void
 
 Status GpuDecoder::NormGemv(float*& residual, const void* add, const float* add_bias,
                             const DeviceTensor& norm_weight, const DeviceTensor& w, void* y,
-                            int64_t m, DType out, const int32_t* rows_index, void* stream) {
+                            int64_t m, DType out, const int32_t* rows_index, void* stream,
+                            const kc::GemvQkvEpilogue* qkv) {
   kc::GemvFusedParams f;
+  f.qkv = qkv;
   f.input = kc::GemvInput::kRmsNorm;
   f.residual = residual;
   f.add = add;
@@ -386,13 +388,35 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
   act.dim = inter;
   act.in_stride = 2 * inter;
 
+  // The q/k/v GEMV's epilogue does QkvRopeKvWrite's work in fused decode steps, except with
+  // per-head q/k norms (Qwen3), which it does not do.
+  kc::GemvQkvEpilogue qe;
+  qe.num_heads = c.num_heads;
+  qe.num_kv_heads = c.num_kv_heads;
+  qe.head_dim = c.head_dim;
+  qe.positions = step.positions;
+  qe.inv_freq = inv_freq_.as<float>();
+  qe.rotary_dim = c.rotary_dim;
+  qe.interleaved = c.rope_interleaved;
+  qe.attention_scaling = qp.attention_scaling;
+  qe.kv_fp8 = kv.fp8;
+  qe.k_scale = kv.k_scale;
+  qe.v_scale = kv.v_scale;
+  qe.slot_mapping = step.slots;
   const bool fused = FusedDecode(n);
+  const bool rope_shapes_fit =
+      c.head_dim % 2 == 0 && c.rotary_dim % 2 == 0 && c.rotary_dim <= c.head_dim;
   float* residual = hidden_;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
+    const bool qkv_epilogue = fused && rope_shapes_fit && !l.q_norm && !l.k_norm;
     if (fused) {
+      qe.bias = l.qkv_bias ? l.qkv_bias->as<float>() : nullptr;
+      qe.k_cache = kv.k[i];
+      qe.v_cache = kv.v[i];
       DINFER_RETURN_IF_ERROR(NormGemv(residual, i == 0 ? nullptr : branch_, nullptr, l.input_norm,
-                                      l.qkv, qkv_buf_, n, dtype_, nullptr, stream));
+                                      l.qkv, qkv_buf_, n, dtype_, nullptr, stream,
+                                      qkv_epilogue ? &qe : nullptr));
     } else {
       norm.add = i == 0 ? nullptr : branch_;
       norm.add_bias = nullptr;  // the add is the previous MLP's output, which has no bias
@@ -405,7 +429,9 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
     qp.k_norm = l.k_norm ? l.k_norm->as<float>() : nullptr;
     qp.k_cache = kv.k[i];
     qp.v_cache = kv.v[i];
-    DINFER_RETURN_IF_ERROR(check(kc::QkvRopeKvWrite(qp, stream), "qkv rope kv-write"));
+    if (!qkv_epilogue) {
+      DINFER_RETURN_IF_ERROR(check(kc::QkvRopeKvWrite(qp, stream), "qkv rope kv-write"));
+    }
     at.k_cache = kv.k[i];
     at.v_cache = kv.v[i];
     at.sliding_window = l.sliding_window;

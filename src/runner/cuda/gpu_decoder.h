@@ -3,7 +3,8 @@
 // one matrix each; activations are the weights' dtype except the residual stream (f32). A layer is
 // RMSNorm(+residual) → qkv GEMM → bias/qk-norm/rope/KV write → paged attention → o GEMM →
 // RMSNorm(+residual) → gate/up GEMM → SiLU·mul → down GEMM. Steps of one or two tokens in bf16
-// run each RMSNorm and the SiLU·mul inside the GEMV that reads their output (GemvFused).
+// run each RMSNorm and the SiLU·mul inside the GEMV that reads their output (GemvFused), and
+// (without per-head q/k norms) the rope and KV-cache write in the q/k/v GEMV's epilogue.
 // The step's metadata (GpuStep) is device memory built by the runner once per step (the plan);
 // every layer reads it (the run). Activation buffers have fixed addresses (graph replay).
 // Thread-safety: Forward enqueues on one stream; one thread at a time.
@@ -61,10 +62,11 @@ class GpuDecoder final : public GpuModel {
   // Decode steps of a few tokens fuse each RMSNorm (and the SiLU·mul) into the GEMV after it.
   bool FusedDecode(int64_t num_tokens) const;
   // RMSNorm(residual + add) fused into y = norm · wᵀ; `residual` moves to the buffer that
-  // received the sums.
+  // received the sums. With `qkv`, the GEMV also does the q/k/v epilogue (rope, KV-cache write).
   Status NormGemv(float*& residual, const void* add, const float* add_bias,
                   const cuda::DeviceTensor& norm_weight, const cuda::DeviceTensor& w, void* y,
-                  int64_t m, DType out, const int32_t* rows_index, void* stream);
+                  int64_t m, DType out, const int32_t* rows_index, void* stream,
+                  const kernels::cuda::GemvQkvEpilogue* qkv = nullptr);
   // The staged GEMV y = f(x) · wᵀ, f and x as set in `f`.
   Status StagedGemv(kernels::cuda::GemvFusedParams f, const cuda::DeviceTensor& w, void* y,
                     int64_t m, DType out, void* stream);
