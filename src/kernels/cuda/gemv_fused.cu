@@ -264,14 +264,10 @@ __device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs, int ro
   }
 }
 
-// CTAs per multiprocessor the kernel is compiled to fit at once: 2, and 3 for the q/k/v epilogue
-// of one row, which would take more than the 80 registers a thread that 3 CTAs leave (the plain
-// one-row kernels take fewer as they are; kDefaultBlocksPerSm is 3).
-template <int M, bool kQkv>
-constexpr int kMinBlocks = M == 1 && kQkv ? 3 : 2;
-
+// CTAs per multiprocessor the kernel is compiled to fit at once: 3 for one row (at most 80
+// registers a thread; the plain kernel took 88 unbounded, so only 2 fit), 2 for two.
 template <int M, typename TOut, GemvInput kIn, bool kQkv>
-__global__ void __launch_bounds__(kThreads, (kMinBlocks<M, kQkv>)) GemvStagedKernel(StagedArgs a) {
+__global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(StagedArgs a) {
   extern __shared__ uint4 smem[];
   bf16* ring = reinterpret_cast<bf16*>(smem);               // [kStages, kChunk]
   bf16* xs = ring + kStages * kChunk;                       // [M, k]
