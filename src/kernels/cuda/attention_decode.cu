@@ -491,30 +491,16 @@ const void* Kernel() {
 
 // Whether clusters of `splits` CTAs of the kernel can be resident (asked once a size).
 template <int D, bool kFp8, int kHeads>
-bool ClusterFits(int splits) {
+bool ClusterFitsSplits(int splits) {
   using C = Config<D, kFp8, kHeads>;
   static std::atomic<int> known[kMaxClusterSplits + 1];  // 0 unknown, 1 fits, 2 does not
   if (splits < 2 || splits > kMaxClusterSplits) return false;
   int k = known[splits].load(std::memory_order_relaxed);
   if (k == 0) {
-    const void* kernel = Kernel<D, kFp8, kHeads, true>();
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1, static_cast<unsigned>(splits));
-    cfg.blockDim = dim3(C::kThreads);
-    cfg.dynamicSmemBytes = C::kSmem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    const bool ok = kernel != nullptr &&
-                    cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess &&
-                    clusters > 0;
-    if (!ok) (void)cudaGetLastError();  // a failed query is not the stream's error
-    k = ok ? 1 : 2;
+    k = ClusterFits(Kernel<D, kFp8, kHeads, true>(), C::kThreads, C::kSmem,
+                    dim3(1, static_cast<unsigned>(splits)))
+            ? 1
+            : 2;
     known[splits].store(k, std::memory_order_relaxed);
   }
   return k == 1;
@@ -553,7 +539,7 @@ cudaError_t AttentionDecodeMma(const AttentionParams& p, cudaStream_t stream, bo
     const int64_t ctas = p.num_kv_heads / kH * ((group + kRows - 1) / kRows);
     const dim3 grid(static_cast<unsigned>(p.num_rows * ctas), static_cast<unsigned>(p.num_splits));
     if (p.num_splits >= 2 && p.num_splits <= kMaxClusterSplits &&
-        ClusterFits<kD, kF, kH>(static_cast<int>(p.num_splits))) {
+        ClusterFitsSplits<kD, kF, kH>(static_cast<int>(p.num_splits))) {
       *merged = true;
       return LaunchDependentCluster(DecodeKernel<kD, kF, kH, true>, grid, dim3(C::kThreads),
                                     C::kSmem, dim3(1, static_cast<unsigned>(p.num_splits), 1),

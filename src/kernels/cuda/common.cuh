@@ -183,6 +183,29 @@ cudaError_t LaunchDependentCluster(void (*kernel)(Params...), dim3 grid, dim3 bl
   return e;
 }
 
+// Whether a cluster of `cluster` CTAs of `kernel` (its attributes already set: shared memory,
+// non-portable sizes) with `threads` threads and `smem` bytes each can be resident. Asks the
+// occupancy API (no stream work); a failed query is not left as the device's last error.
+inline bool ClusterFits(const void* kernel, int threads, size_t smem, dim3 cluster) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = cluster;
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster.x;
+  attr[0].val.clusterDim.y = cluster.y;
+  attr[0].val.clusterDim.z = cluster.z;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  const bool ok = kernel != nullptr &&
+                  cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess &&
+                  clusters > 0;
+  if (!ok) (void)cudaGetLastError();
+  return ok;
+}
+
 // Calls f(T{}) with T the element type of `dtype` (f32 or bf16).
 template <typename F>
 cudaError_t DispatchFloat(DType dtype, F&& f) {

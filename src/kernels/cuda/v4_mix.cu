@@ -321,27 +321,8 @@ cudaError_t LaunchMixConfig(const MixArgs& a, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(kG * ns_max) * sizeof(float4);
   if (smem > kMaxStashBytes) return cudaErrorInvalidValue;
   const int64_t clusters = (a.tokens + kG - 1) / kG;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
-  cfg.blockDim = dim3(kMixThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = kCluster;
-  attrs[0].val.clusterDim.y = 1;
-  attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 2;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
-  if (e != cudaSuccess) {  // a driver refusing programmatic launch of clusters: plain launch
-    (void)cudaGetLastError();
-    cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, kernel, a);
-  }
-  return e;
+  return LaunchDependentCluster(kernel, dim3(static_cast<unsigned>(clusters * kCluster)),
+                                dim3(kMixThreads), smem, dim3(kCluster), stream, a);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1066,47 +1066,24 @@ cudaError_t LaunchTc(const V4SparseAttentionParams& p, const Derived& dv, dim3 g
                      cudaStream_t stream) {
   const cudaError_t attr = SetTcAttributes<C, kKernel, kCluster>();
   if (attr != cudaSuccess) return attr;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(C::kThreads);
-  cfg.dynamicSmemBytes = C::kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = 1;
-  attrs[1].val.clusterDim.y = grid.y;
-  attrs[1].val.clusterDim.z = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs = kCluster ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, kKernel, p, dv);
+  if constexpr (kCluster) {
+    return LaunchDependentCluster(kKernel, grid, dim3(C::kThreads), C::kSmem, dim3(1, grid.y, 1),
+                                  stream, p, dv);
+  }
+  return LaunchDependent(kKernel, grid, dim3(C::kThreads), C::kSmem, stream, p, dv);
 }
 
 // Whether clusters of `splits` CTAs of a tensor-core kernel (kKernel: its cluster variant) can be
 // resident (asked once for each size; no stream work).
 template <typename C, TcKernelFn kKernel>
-bool ClusterFits(int splits) {
+bool TcClusterFits(int splits) {
   static std::atomic<int> known[kMaxClusterSplits + 1];  // 0 unknown, 1 fits, 2 does not
   if (splits < 2 || splits > kMaxClusterSplits) return false;
   int k = known[splits].load(std::memory_order_relaxed);
   if (k == 0) {
-    int clusters = 0;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1, static_cast<unsigned>(splits), 1);
-    cfg.blockDim = dim3(C::kThreads);
-    cfg.dynamicSmemBytes = C::kSmem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
     const bool ok = SetTcAttributes<C, kKernel, true>() == cudaSuccess &&
-                    cudaOccupancyMaxActiveClusters(&clusters, kKernel, &cfg) == cudaSuccess &&
-                    clusters > 0;
-    if (!ok) (void)cudaGetLastError();  // a failed query is not the stream's error
+                    ClusterFits(reinterpret_cast<const void*>(kKernel), C::kThreads, C::kSmem,
+                                dim3(1, static_cast<unsigned>(splits), 1));
     k = ok ? 1 : 2;
     known[splits].store(k, std::memory_order_relaxed);
   }
@@ -1120,7 +1097,7 @@ cudaError_t LaunchWg(const V4SparseAttentionParams& p, const Derived& dv, dim3 g
   return LaunchTc<WgConfig, WgKernel<kCluster>, kCluster>(p, dv, grid, stream);
 }
 
-bool WgClusterFits(int splits) { return ClusterFits<WgConfig, WgKernel<true>>(splits); }
+bool WgClusterFits(int splits) { return TcClusterFits<WgConfig, WgKernel<true>>(splits); }
 
 template <bool kCluster>
 cudaError_t LaunchTcDim(const V4SparseAttentionParams& p, const Derived& dv, dim3 grid,
@@ -1140,13 +1117,13 @@ cudaError_t LaunchTcDim(const V4SparseAttentionParams& p, const Derived& dv, dim
 bool ClusterFitsDim(int64_t head_dim, int splits) {
   switch (head_dim) {
     case 64:
-      return ClusterFits<TcConfig<64>, TcKernel<64, true>>(splits);
+      return TcClusterFits<TcConfig<64>, TcKernel<64, true>>(splits);
     case 128:
-      return ClusterFits<TcConfig<128>, TcKernel<128, true>>(splits);
+      return TcClusterFits<TcConfig<128>, TcKernel<128, true>>(splits);
     case 256:
-      return ClusterFits<TcConfig<256>, TcKernel<256, true>>(splits);
+      return TcClusterFits<TcConfig<256>, TcKernel<256, true>>(splits);
     default:
-      return ClusterFits<TcConfig<512>, TcKernel<512, true>>(splits);
+      return TcClusterFits<TcConfig<512>, TcKernel<512, true>>(splits);
   }
 }
 
