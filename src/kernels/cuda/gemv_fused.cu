@@ -352,8 +352,10 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
   auto issue = [&](int c) {
     const bool in = c < chunks;
     if constexpr (kFp8) {
-      const bool tail = half_tail && in_row == cpr - 1;
-      CpAsync16(slot0 + (c % kStages) * kChunk, src8, in && (!tail || t < kThreads / 2));
+      // In a half chunk the last 128 threads copy nothing; their address (unread) stays in the
+      // row.
+      const bool idle = half_tail && in_row == cpr - 1 && t >= kThreads / 2;
+      CpAsync16(slot0 + (c % kStages) * kChunk, idle ? src8 - kChunk : src8, in && !idle);
       if (c + 1 < chunks) {
         if (++in_row < cpr) {
           src8 += kChunkW;
