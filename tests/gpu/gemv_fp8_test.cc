@@ -162,7 +162,7 @@ TEST_P(GemvFp8Test, MatchesDequantizedProduct) {
   EXPECT_LE(err, tol);
   std::printf("%lldx%lldx%lld input %d -> %s: relative error %.3g\n", static_cast<long long>(tc.m),
               static_cast<long long>(tc.n), static_cast<long long>(tc.k),
-              static_cast<int>(tc.input), DTypeName(tc.out), err);
+              static_cast<int>(tc.input), std::string(DTypeName(tc.out)).c_str(), err);
   if (writes) {
     const auto got = Download(d_res_out, res_rows * tc.k, DType::kF32);
     for (int64_t i = 0; i < tc.m * tc.k; ++i) ASSERT_EQ(got[i], sums[i]) << i;
