@@ -19,7 +19,13 @@
 // the same order whatever the CTA count. The hardware widens e4m3 pairs to f16 (exact), then
 // f32; the products with the bf16 inputs are exact in f32. Each row's sum is multiplied by its
 // scale (w_scale, copied to shared memory by cp.async with the first chunk) before the output
-// or the q/k/v epilogue.
+// or the q/k/v epilogue. Per byte of weights that is about twice bf16's instructions (SASS,
+// one-row kernel, rows of 4,096: 142 a thread's 16-byte chunk, bf16 71), and on an H200 the first
+// version made an 8B model's batch-1 decode only 13% faster than bf16 weights (250 against 222
+// tok/s): instruction issue, not memory, looked like the limit. So where a row is one chunk
+// (k = 4,096) and m = 1, each thread keeps its 16 inputs in registers as f32 (no shared-memory
+// reads or widening of inputs per row: 71 instructions a chunk, 105 with the q/k/v epilogue;
+// the same results).
 //
 // The q/k/v epilogue (GemvQkvEpilogue): a CTA owns a range of LOGICAL rows, and logical row L
 // reads physical weight row P(L), a permutation within each q and k head that makes the two rows
@@ -29,6 +35,7 @@
 // even number of rows, so a pair never straddles two CTAs, and one thread finishes a pair: bias,
 // rotation, and the store of q to y or of k / v to the paged caches (physical columns).
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
@@ -60,6 +67,33 @@ __device__ __forceinline__ void LoadVec4x2(const float* p, float (&v)[8]) {
 __device__ __forceinline__ void CpAsync4(void* smem, const void* gmem) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+}
+
+// 8 bf16 (one 16-byte word) as f32, exactly (the bits shifted up).
+__device__ __forceinline__ void Bf16x8ToFloat(const uint4 u, float* out) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(w[i] << 16);
+    out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// The e4m3 pair in the low (kHigh: high) 16 bits of `word` as f32, exactly: the hardware widens
+// the pair to f16 (cvt.rn.f16x2.e4m3x2), then each half to f32.
+template <bool kHigh>
+__device__ __forceinline__ float2 E4M3PairToFloat2(uint32_t word) {
+  uint32_t h;
+  if constexpr (kHigh) {
+    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}\n"
+        : "=r"(h)
+        : "r"(word));
+  } else {
+    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
+        : "=r"(h)
+        : "r"(word));
+  }
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
 struct StagedArgs {
@@ -355,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
       // In a half chunk the last 128 threads copy nothing; their address (unread) stays in the
       // row.
       const bool idle = half_tail && in_row == cpr - 1 && t >= kThreads / 2;
-      CpAsync16(slot0 + (c % kStages) * kChunk, idle ? src8 - kChunk : src8, in && !idle);
+      CpAsync16(slot0 + (c & (kStages - 1)) * kChunk, idle ? src8 - kChunk : src8, in && !idle);
       if (c + 1 < chunks) {
         if (++in_row < cpr) {
           src8 += kChunkW;
@@ -401,39 +435,96 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
   StageInput<M, kIn>(a, xs, row0);
   __syncthreads();
   // Control flow costs no memory parallelism here: the bytes in flight are in the ring.
-  for (int r = 0, c = 0; r < rows; ++r) {
-    float acc[M];
+  if constexpr (kFp8) {
+    // 16 weights of a chunk (`words`) times the thread's 16 inputs x(j) of one input row, added
+    // to acc in order.
+    auto dot16 = [&](const uint4& wv, float& acc, auto x) {
+      const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-    for (int cc = 0; cc < cpr; ++cc, ++c) {
-      CpAsyncWait<kStages - 1>();  // chunk c has landed
-      const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c % kStages) * kChunk);
-      issue(c + kStages);  // into the slot just read
-      if constexpr (kFp8) {
-        // The half chunk ending a row: the first 128 threads' 2,048 weights.
-        if (!half_tail || cc != cpr - 1 || t < kThreads / 2) {
-          const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
-          const bf16* xt = xs + cc * kChunkW + t * 16;
+      for (int h = 0; h < 2; ++h) {
+        float wf[8];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float wf[8];
+        for (int i = 0; i < 2; ++i) {
+          const float2 lo = E4M3PairToFloat2<false>(words[2 * h + i]);
+          const float2 hi = E4M3PairToFloat2<true>(words[2 * h + i]);
+          wf[4 * i] = lo.x;
+          wf[4 * i + 1] = lo.y;
+          wf[4 * i + 2] = hi.x;
+          wf[4 * i + 3] = hi.y;
+        }
+        float xf[8];
+        x(h, xf);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const uint32_t pair = E4M3x2ToHalf2(words[2 * h + j / 2] >> (16 * (j % 2)));
-              const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&pair));
-              wf[2 * j] = f.x;
-              wf[2 * j + 1] = f.y;
-            }
+        for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
+      }
+    };
+    bool done = false;
+    if constexpr (M == 1) {
+      if (a.k == kChunkW) {
+        // One chunk a row (k = 4,096) and one input row: the thread's 16 inputs are the same in
+        // every row, so they stay in registers as f32 (the same values and order of additions
+        // as reading them from xs for each row), and chunk c is row c.
+        float xk[16];
+        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xs + t * 16), xk);
+        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xs + t * 16 + 8), xk + 8);
+        for (int r = 0; r < rows; ++r) {
+          CpAsyncWait<kStages - 1>();  // chunk r has landed
+          const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (r & (kStages - 1)) * kChunk);
+          if constexpr (kQkv) {
+            issue(r + kStages);  // into the slot just read
+          } else {
+            // As issue(), for rows of one whole chunk: the next chunk is the next 4 KB.
+            const int c = r + kStages;
+            CpAsync16(slot0 + (c & (kStages - 1)) * kChunk, src8, c < chunks);
+            if (c + 1 < chunks) src8 += kChunkW;
+            CpAsyncCommit();
+          }
+          float acc = 0.0f;
+          dot16(wv, acc, [&](int h, float(&xf)[8]) {
 #pragma unroll
-            for (int m = 0; m < M; ++m) {
-              float xf[8];
-              LoadVec(xt + m * a.k + 8 * h, xf);
+            for (int j = 0; j < 8; ++j) xf[j] = xk[8 * h + j];
+          });
+          const float sum = WarpSum(acc);
+          if (lane == 0) partial[r * kWarps + warp] = sum;
+        }
+        done = true;
+      }
+    }
+    if (!done) {
+      for (int r = 0, c = 0; r < rows; ++r) {
+        float acc[M];
 #pragma unroll
-              for (int j = 0; j < 8; ++j) acc[m] += wf[j] * xf[j];
-            }
+        for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+        for (int cc = 0; cc < cpr; ++cc, ++c) {
+          CpAsyncWait<kStages - 1>();  // chunk c has landed
+          const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c & (kStages - 1)) * kChunk);
+          issue(c + kStages);  // into the slot just read
+          // The half chunk ending a row: the first 128 threads' 2,048 weights.
+          if (half_tail && cc == cpr - 1 && t >= kThreads / 2) continue;
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            const bf16* xt = xs + m * a.k + cc * kChunkW + t * 16;
+            dot16(wv, acc[m], [&](int h, float(&xf)[8]) {
+              Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xt + 8 * h), xf);
+            });
           }
         }
-      } else {
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          const float sum = WarpSum(acc[m]);
+          if (lane == 0) partial[(r * kWarps + warp) * M + m] = sum;
+        }
+      }
+    }
+  } else {
+    for (int r = 0, c = 0; r < rows; ++r) {
+      float acc[M];
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+      for (int cc = 0; cc < cpr; ++cc, ++c) {
+        CpAsyncWait<kStages - 1>();  // chunk c has landed
+        const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c % kStages) * kChunk);
+        issue(c + kStages);  // into the slot just read
         float wf[8];
         const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wv);
 #pragma unroll
@@ -450,11 +541,11 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
           for (int j = 0; j < 8; ++j) acc[m] += wf[j] * xf[j];
         }
       }
-    }
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const float sum = WarpSum(acc[m]);
-      if (lane == 0) partial[(r * kWarps + warp) * M + m] = sum;
+      for (int m = 0; m < M; ++m) {
+        const float sum = WarpSum(acc[m]);
+        if (lane == 0) partial[(r * kWarps + warp) * M + m] = sum;
+      }
     }
   }
   CpAsyncWait<0>();
