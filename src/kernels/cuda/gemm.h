@@ -53,6 +53,10 @@ int Gemv(const GemmParams& p, void* stream, GemvTiling tiling = {});
 // The decode GEMV with its input staged in shared memory (gemv_fused.cu), optionally made by the
 // op before it in the same kernel: y = f(x) · wᵀ for m <= kGemvFusedMaxRows rows, bf16 weights,
 // k a multiple of 2,048, contiguous weight rows (ldw == k), f32 or bf16 output.
+// e4m3 weights (w_dtype kF8E4M3, gemm.w [n, k] e4m3fn bytes, 16-byte aligned) with one f32 scale
+// per output row (w_scale [n]): y[m, j] = w_scale[j] * sum_k f(x)[m, k] * w[j, k], the same
+// inputs, limits and outputs (gemm.in_dtype, the activations' dtype, stays bf16); with the q/k/v
+// epilogue the scale multiplies the row's sum before the bias and the rotation.
 //   kPlain:   f(x) = x, as Gemv.
 //   kSiluMul: f(x)[r] = silu(x[r, 0:k]) * x[r, k:2k] (gate and up halves of one row, ldx >= 2k),
 //             rounded to bf16 as SiluMul stores it.
@@ -101,6 +105,8 @@ struct GemvFusedParams {
       0;  // CTAs per multiprocessor; 0: the default (3, fewer where they do not fit)
   // Host memory, read when GemvFused launches; nullptr: y = f(x) · wᵀ as above.
   const GemvQkvEpilogue* qkv = nullptr;
+  DType w_dtype = DType::kBF16;    // gemm.w's elements: kBF16 or kF8E4M3
+  const float* w_scale = nullptr;  // kF8E4M3: [n], one per output row (device memory)
 };
 bool GemvFusedSupports(const GemvFusedParams& p);
 int GemvFused(const GemvFusedParams& p, void* stream);

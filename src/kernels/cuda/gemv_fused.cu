@@ -12,6 +12,21 @@
 // row into shared memory and the CTA adds the 8 shares in a fixed order (deterministic). The first
 // batch of weights is requested before WaitForPrerequisites, while the kernel before still runs.
 //
+// e4m3 weights (GemvFusedParams::w_dtype): the ring holds bytes, so with the same 16-byte copies
+// a chunk covers 4,096 weights (256 threads × 16) in the same 4 KB slot, and a row is cut into
+// k / 4,096 such chunks plus, where k is an odd multiple of 2,048 (14,336), a half chunk that only
+// the first 128 threads copy and read. The chunking depends on k alone, so every row's sum has
+// the same order whatever the CTA count. The hardware widens e4m3 pairs to f16 (exact), then
+// f32; the products with the bf16 inputs are exact in f32. Each row's sum is multiplied by its
+// scale (w_scale, copied to shared memory by cp.async with the first chunk) before the output
+// or the q/k/v epilogue. Per byte of weights that is about twice bf16's instructions (SASS,
+// one-row kernel, rows of 4,096: 142 a thread's 16-byte chunk, bf16 71), and on an H200 the first
+// version made an 8B model's batch-1 decode only 13% faster than bf16 weights (250 against 222
+// tok/s): instruction issue, not memory, looked like the limit. So where a row is one chunk
+// (k = 4,096) and m = 1, each thread keeps its 16 inputs in registers as f32 (no shared-memory
+// reads or widening of inputs per row: 71 instructions a chunk, 105 with the q/k/v epilogue;
+// the same results).
+//
 // The q/k/v epilogue (GemvQkvEpilogue): a CTA owns a range of LOGICAL rows, and logical row L
 // reads physical weight row P(L), a permutation within each q and k head that makes the two rows
 // of every rotary pair logical neighbours (2j, 2j + 1): for i = L % head_dim < rotary_dim in
@@ -20,6 +35,7 @@
 // even number of rows, so a pair never straddles two CTAs, and one thread finishes a pair: bias,
 // rotation, and the store of q to y or of k / v to the paged caches (physical columns).
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
@@ -47,10 +63,43 @@ __device__ __forceinline__ void LoadVec4x2(const float* p, float (&v)[8]) {
   v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
 
+// A 4-byte asynchronous copy (the row scales; cp.async.cg copies only 16 bytes).
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+}
+
+// 8 bf16 (one 16-byte word) as f32, exactly (the bits shifted up).
+__device__ __forceinline__ void Bf16x8ToFloat(const uint4 u, float* out) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(w[i] << 16);
+    out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// The e4m3 pair in the low (kHigh: high) 16 bits of `word` as f32, exactly: the hardware widens
+// the pair to f16 (cvt.rn.f16x2.e4m3x2), then each half to f32.
+template <bool kHigh>
+__device__ __forceinline__ float2 E4M3PairToFloat2(uint32_t word) {
+  uint32_t h;
+  if constexpr (kHigh) {
+    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}\n"
+        : "=r"(h)
+        : "r"(word));
+  } else {
+    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
+        : "=r"(h)
+        : "r"(word));
+  }
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
 struct StagedArgs {
   const bf16* x;
   int64_t ldx;
-  const bf16* w;
+  const bf16* w;  // kFp8 kernels: e4m3 bytes
   int64_t ldw;
   void* y;
   int64_t ldy;
@@ -75,6 +124,7 @@ struct StagedArgs {
     void* v_cache;
     const int64_t* slot_mapping;
   } qkv;
+  const float* w_scale;  // kFp8 kernels: [n]
 };
 
 // The physical weight row of logical row l under the q/k/v epilogue (see the header comment).
@@ -266,17 +316,22 @@ __device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs, int ro
 
 // CTAs per multiprocessor the kernel is compiled to fit at once: 3 for one row (at most 80
 // registers a thread; the plain kernel took 88 unbounded, so only 2 fit), 2 for two.
-template <int M, typename TOut, GemvInput kIn, bool kQkv>
+template <int M, typename TOut, GemvInput kIn, bool kQkv, bool kFp8>
 __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(StagedArgs a) {
   extern __shared__ uint4 smem[];
   bf16* ring = reinterpret_cast<bf16*>(smem);               // [kStages, kChunk]
   bf16* xs = ring + kStages * kChunk;                       // [M, k]
   float* partial = reinterpret_cast<float*>(xs + M * a.k);  // [rows_per_block, kWarps, M]
+  // kFp8: the scales of the CTA's (logical) rows, [rows_per_block].
+  float* row_scale = partial + a.rows_per_block * kWarps * M;
   AllowDependents();
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const int row0 = blockIdx.x * a.rows_per_block;
   const int rows = max(0, min(a.n, row0 + a.rows_per_block) - row0);
-  const int cpr = a.k / kChunk;  // chunks per row
+  // Weights a chunk covers (16 bytes a thread); kFp8 rows may end in a half chunk.
+  constexpr int kChunkW = kFp8 ? 2 * kChunk : kChunk;
+  const int cpr = kFp8 ? (a.k + kChunkW - 1) / kChunkW : a.k / kChunk;  // chunks per row
+  const bool half_tail = kFp8 && a.k % kChunkW != 0;
   const int chunks = rows * cpr;
   // Rows are contiguous (ldw == k): chunk c of this CTA starts c * kChunk elements in. Each
   // thread copies, and later reads, its own 16 bytes of every chunk, so the ring needs no
@@ -297,14 +352,61 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
     }
     return a.w + static_cast<int64_t>(p) * a.k + t * 8;
   };
+  // kFp8: chunks are tracked the same way with or without the epilogue (a half chunk ends some
+  // rows): src8 is the thread's 16 bytes of the next chunk, chunk `in_row` of its row.
+  const uint8_t* w8 = reinterpret_cast<const uint8_t*>(a.w);
+  const uint8_t* src8 = nullptr;
+  const int next_row_step = a.k - (cpr - 1) * kChunkW;  // last chunk's start to the next row's
+  auto physical8 = [&] {
+    const StagedArgs::Qkv& q = a.qkv;
+    int p = head + dim;
+    if (!q.interleaved && dim < q.rotary_dim && head < q.q_dim + q.kv_dim) {
+      p = head + (dim >> 1) + (dim & 1) * (q.rotary_dim >> 1);
+    }
+    return w8 + static_cast<int64_t>(p) * a.k + t * 16;
+  };
   if constexpr (kQkv) {
     dim = row0 % a.qkv.head_dim;
     head = row0 - dim;
-    src = physical();
+    if constexpr (kFp8) {
+      src8 = physical8();
+    } else {
+      src = physical();
+    }
+  } else if constexpr (kFp8) {
+    src8 = w8 + static_cast<int64_t>(row0) * a.k + t * 16;
+  }
+  if constexpr (kFp8) {
+    // The rows' scales travel with the first chunk (its group), 4 bytes a row.
+    for (int r = t; r < rows; r += kThreads) {
+      const int p = kQkv ? QkvRow(a.qkv, row0 + r) : row0 + r;
+      CpAsync4(row_scale + r, a.w_scale + p);
+    }
   }
   auto issue = [&](int c) {
     const bool in = c < chunks;
-    if constexpr (kQkv) {
+    if constexpr (kFp8) {
+      // In a half chunk the last 128 threads copy nothing; their address (unread) stays in the
+      // row.
+      const bool idle = half_tail && in_row == cpr - 1 && t >= kThreads / 2;
+      CpAsync16(slot0 + (c & (kStages - 1)) * kChunk, idle ? src8 - kChunk : src8, in && !idle);
+      if (c + 1 < chunks) {
+        if (++in_row < cpr) {
+          src8 += kChunkW;
+        } else {
+          in_row = 0;
+          if constexpr (kQkv) {
+            if (++dim == a.qkv.head_dim) {
+              dim = 0;
+              head += a.qkv.head_dim;
+            }
+            src8 = physical8();
+          } else {
+            src8 += next_row_step;
+          }
+        }
+      }
+    } else if constexpr (kQkv) {
       CpAsync16(slot0 + (c % kStages) * kChunk, src, in);
       if (c + 1 < chunks) {
         if (++in_row < cpr) {
@@ -333,34 +435,117 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
   StageInput<M, kIn>(a, xs, row0);
   __syncthreads();
   // Control flow costs no memory parallelism here: the bytes in flight are in the ring.
-  for (int r = 0, c = 0; r < rows; ++r) {
-    float acc[M];
+  if constexpr (kFp8) {
+    // 16 weights of a chunk (`words`) times the thread's 16 inputs x(j) of one input row, added
+    // to acc in order.
+    auto dot16 = [&](const uint4& wv, float& acc, auto x) {
+      const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-    for (int cc = 0; cc < cpr; ++cc, ++c) {
-      CpAsyncWait<kStages - 1>();  // chunk c has landed
-      const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c % kStages) * kChunk);
-      issue(c + kStages);  // into the slot just read
-      float wf[8];
-      const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wv);
+      for (int h = 0; h < 2; ++h) {
+        float wf[8];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(h[j]);
-        wf[2 * j] = f.x;
-        wf[2 * j + 1] = f.y;
+        for (int i = 0; i < 2; ++i) {
+          const float2 lo = E4M3PairToFloat2<false>(words[2 * h + i]);
+          const float2 hi = E4M3PairToFloat2<true>(words[2 * h + i]);
+          wf[4 * i] = lo.x;
+          wf[4 * i + 1] = lo.y;
+          wf[4 * i + 2] = hi.x;
+          wf[4 * i + 3] = hi.y;
+        }
+        float xf[8];
+        x(h, xf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
+      }
+    };
+    bool done = false;
+    if constexpr (M == 1) {
+      if (a.k == kChunkW) {
+        // One chunk a row (k = 4,096) and one input row: the thread's 16 inputs are the same in
+        // every row, so they stay in registers as f32 (the same values and order of additions
+        // as reading them from xs for each row), and chunk c is row c.
+        float xk[16];
+        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xs + t * 16), xk);
+        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xs + t * 16 + 8), xk + 8);
+        for (int r = 0; r < rows; ++r) {
+          CpAsyncWait<kStages - 1>();  // chunk r has landed
+          const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (r & (kStages - 1)) * kChunk);
+          if constexpr (kQkv) {
+            issue(r + kStages);  // into the slot just read
+          } else {
+            // As issue(), for rows of one whole chunk: the next chunk is the next 4 KB.
+            const int c = r + kStages;
+            CpAsync16(slot0 + (c & (kStages - 1)) * kChunk, src8, c < chunks);
+            if (c + 1 < chunks) src8 += kChunkW;
+            CpAsyncCommit();
+          }
+          float acc = 0.0f;
+          dot16(wv, acc, [&](int h, float(&xf)[8]) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) xf[j] = xk[8 * h + j];
+          });
+          const float sum = WarpSum(acc);
+          if (lane == 0) partial[r * kWarps + warp] = sum;
+        }
+        done = true;
+      }
+    }
+    if (!done) {
+      for (int r = 0, c = 0; r < rows; ++r) {
+        float acc[M];
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+        for (int cc = 0; cc < cpr; ++cc, ++c) {
+          CpAsyncWait<kStages - 1>();  // chunk c has landed
+          const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c & (kStages - 1)) * kChunk);
+          issue(c + kStages);  // into the slot just read
+          // The half chunk ending a row: the first 128 threads' 2,048 weights.
+          if (half_tail && cc == cpr - 1 && t >= kThreads / 2) continue;
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            const bf16* xt = xs + m * a.k + cc * kChunkW + t * 16;
+            dot16(wv, acc[m], [&](int h, float(&xf)[8]) {
+              Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xt + 8 * h), xf);
+            });
+          }
+        }
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          const float sum = WarpSum(acc[m]);
+          if (lane == 0) partial[(r * kWarps + warp) * M + m] = sum;
+        }
+      }
+    }
+  } else {
+    for (int r = 0, c = 0; r < rows; ++r) {
+      float acc[M];
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+      for (int cc = 0; cc < cpr; ++cc, ++c) {
+        CpAsyncWait<kStages - 1>();  // chunk c has landed
+        const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c % kStages) * kChunk);
+        issue(c + kStages);  // into the slot just read
+        float wf[8];
+        const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wv);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __bfloat1622float2(h[j]);
+          wf[2 * j] = f.x;
+          wf[2 * j + 1] = f.y;
+        }
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          float xf[8];
+          LoadVec(xs + m * a.k + cc * kChunk + t * 8, xf);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[m] += wf[j] * xf[j];
+        }
       }
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        float xf[8];
-        LoadVec(xs + m * a.k + cc * kChunk + t * 8, xf);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[m] += wf[j] * xf[j];
+        const float sum = WarpSum(acc[m]);
+        if (lane == 0) partial[(r * kWarps + warp) * M + m] = sum;
       }
-    }
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const float sum = WarpSum(acc[m]);
-      if (lane == 0) partial[(r * kWarps + warp) * M + m] = sum;
     }
   }
   CpAsyncWait<0>();
@@ -375,6 +560,10 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
         s0 += partial[(r * kWarps + q) * M + m];
         s1 += partial[((r + 1) * kWarps + q) * M + m];
       }
+      if constexpr (kFp8) {
+        s0 *= row_scale[r];
+        s1 *= row_scale[r + 1];
+      }
       QkvFinishPair(a, m, row0 + r, s0, s1, o == t ? first_pair : LoadQkvPair(a, m, row0 + r));
     }
   } else {
@@ -383,6 +572,7 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
       float s = 0.0f;
 #pragma unroll
       for (int q = 0; q < kWarps; ++q) s += partial[(r * kWarps + q) * M + m];
+      if constexpr (kFp8) s *= row_scale[r];
       static_cast<TOut*>(a.y)[m * a.ldy + row0 + r] = FromFloat<TOut>(s);
     }
   }
@@ -398,12 +588,13 @@ int MultiprocessorCount() {
   return count;
 }
 
-template <int M, typename TOut, GemvInput kIn, bool kQkv>
+template <int M, typename TOut, GemvInput kIn, bool kQkv, bool kFp8>
 cudaError_t LaunchStaged(StagedArgs a, int64_t m, int64_t n, int64_t k, int blocks_per_sm,
                          cudaStream_t stream) {
-  auto kernel = GemvStagedKernel<M, TOut, kIn, kQkv>;
+  auto kernel = GemvStagedKernel<M, TOut, kIn, kQkv, kFp8>;
   const size_t x_bytes = kRingBytes + static_cast<size_t>(m * k * 2);
-  const size_t row_bytes = static_cast<size_t>(kWarps * m * 4);
+  // Partial sums of a row (and its scale with e4m3 weights).
+  const size_t row_bytes = static_cast<size_t>(kWarps * m * 4 + (kFp8 ? 4 : 0));
   const int64_t max_rows = static_cast<int64_t>((kMaxSmem - x_bytes) / row_bytes);
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kMaxSmem));
@@ -433,18 +624,25 @@ cudaError_t LaunchStaged(StagedArgs a, int64_t m, int64_t n, int64_t k, int bloc
                          a);
 }
 
-template <int M, typename TOut, bool kQkv = false>
+template <int M, typename TOut, bool kQkv, bool kFp8>
 cudaError_t DispatchInput(const GemvFusedParams& p, const StagedArgs& a, cudaStream_t s) {
   const GemmParams& g = p.gemm;
+  const int per_sm = p.blocks_per_sm;
   switch (p.input) {
     case GemvInput::kPlain:
-      return LaunchStaged<M, TOut, GemvInput::kPlain, kQkv>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
+      return LaunchStaged<M, TOut, GemvInput::kPlain, kQkv, kFp8>(a, g.m, g.n, g.k, per_sm, s);
     case GemvInput::kRmsNorm:
-      return LaunchStaged<M, TOut, GemvInput::kRmsNorm, kQkv>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
+      return LaunchStaged<M, TOut, GemvInput::kRmsNorm, kQkv, kFp8>(a, g.m, g.n, g.k, per_sm, s);
     case GemvInput::kSiluMul:
-      return LaunchStaged<M, TOut, GemvInput::kSiluMul, kQkv>(a, g.m, g.n, g.k, p.blocks_per_sm, s);
+      return LaunchStaged<M, TOut, GemvInput::kSiluMul, kQkv, kFp8>(a, g.m, g.n, g.k, per_sm, s);
   }
   return cudaErrorInvalidValue;
+}
+
+template <int M, typename TOut, bool kQkv = false>
+cudaError_t DispatchWeights(const GemvFusedParams& p, const StagedArgs& a, cudaStream_t s) {
+  return p.w_dtype == DType::kF8E4M3 ? DispatchInput<M, TOut, kQkv, true>(p, a, s)
+                                     : DispatchInput<M, TOut, kQkv, false>(p, a, s);
 }
 
 bool QkvEpilogueSupported(const GemvFusedParams& p) {
@@ -472,9 +670,13 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
       g.n < 1 || g.n > (int64_t{1} << 30) || g.k > (int64_t{1} << 20)) {
     return false;
   }
-  // One row of partial sums at least (two with the q/k/v epilogue).
+  const bool fp8 = p.w_dtype == DType::kF8E4M3;
+  if ((!fp8 && p.w_dtype != DType::kBF16) || (fp8 && p.w_scale == nullptr)) return false;
+  // One row of partial sums (and its scale) at least (two rows with the q/k/v epilogue).
   const int64_t min_rows = p.qkv != nullptr ? 2 : 1;
-  if (kRingBytes + static_cast<size_t>(g.m * g.k * 2 + min_rows * kWarps * g.m * 4) > kMaxSmem) {
+  if (kRingBytes +
+          static_cast<size_t>(g.m * g.k * 2 + min_rows * (kWarps * g.m * 4 + (fp8 ? 4 : 0))) >
+      kMaxSmem) {
     return false;
   }
   if (p.qkv != nullptr && !QkvEpilogueSupported(p)) return false;
@@ -504,6 +706,7 @@ int GemvFused(const GemvFusedParams& p, void* stream) {
   a.ldx = g.ldx;
   a.w = static_cast<const bf16*>(g.w);
   a.ldw = g.ldw;
+  a.w_scale = p.w_scale;
   a.y = g.y;
   a.ldy = g.ldy;
   a.n = static_cast<int>(g.n);
@@ -537,12 +740,13 @@ int GemvFused(const GemvFusedParams& p, void* stream) {
     a.qkv.k_cache = q.k_cache;
     a.qkv.v_cache = q.v_cache;
     a.qkv.slot_mapping = q.slot_mapping;
-    return g.m == 1 ? DispatchInput<1, bf16, true>(p, a, s) : DispatchInput<2, bf16, true>(p, a, s);
+    return g.m == 1 ? DispatchWeights<1, bf16, true>(p, a, s)
+                    : DispatchWeights<2, bf16, true>(p, a, s);
   }
   if (g.out_dtype == DType::kF32) {
-    return g.m == 1 ? DispatchInput<1, float>(p, a, s) : DispatchInput<2, float>(p, a, s);
+    return g.m == 1 ? DispatchWeights<1, float>(p, a, s) : DispatchWeights<2, float>(p, a, s);
   }
-  return g.m == 1 ? DispatchInput<1, bf16>(p, a, s) : DispatchInput<2, bf16>(p, a, s);
+  return g.m == 1 ? DispatchWeights<1, bf16>(p, a, s) : DispatchWeights<2, bf16>(p, a, s);
 }
 
 }  // namespace dinfer::kernels::cuda

@@ -257,7 +257,12 @@ Status GpuDecoder::Gemm(const void* x, const DeviceTensor& w, void* y, int64_t m
 }
 
 Status GpuDecoder::StagedGemv(kc::GemvFusedParams f, const DeviceTensor& w, void* y, int64_t m,
-                              DType out, void* stream) {
+                              DType out, void* stream, const std::optional<DeviceTensor>& w_scale) {
+  if (w.view().dtype == DType::kF8E4M3) {
+    if (!w_scale) return Internal("FP8 weights without scales");
+    f.w_dtype = DType::kF8E4M3;
+    f.w_scale = w_scale->as<float>();
+  }
   f.gemm.w = w.data();
   f.gemm.y = y;
   f.gemm.m = m;
@@ -273,7 +278,8 @@ Status GpuDecoder::StagedGemv(kc::GemvFusedParams f, const DeviceTensor& w, void
 Status GpuDecoder::NormGemv(float*& residual, const void* add, const float* add_bias,
                             const DeviceTensor& norm_weight, const DeviceTensor& w, void* y,
                             int64_t m, DType out, const int32_t* rows_index, void* stream,
-                            const kc::GemvQkvEpilogue* qkv) {
+                            const kc::GemvQkvEpilogue* qkv,
+                            const std::optional<DeviceTensor>& w_scale) {
   kc::GemvFusedParams f;
   f.qkv = qkv;
   f.input = kc::GemvInput::kRmsNorm;
@@ -287,7 +293,7 @@ Status GpuDecoder::NormGemv(float*& residual, const void* add, const float* add_
   f.norm_weight = norm_weight.as<float>();
   f.eps = static_cast<float>(config_.rms_norm_eps);
   f.weight_offset = norm_weight_offset_;
-  DINFER_RETURN_IF_ERROR(StagedGemv(f, w, y, m, out, stream));
+  DINFER_RETURN_IF_ERROR(StagedGemv(f, w, y, m, out, stream, w_scale));
   if (f.residual_out != nullptr) residual = other;
   return OkStatus();
 }
@@ -295,9 +301,10 @@ Status GpuDecoder::NormGemv(float*& residual, const void* add, const float* add_
 bool GpuDecoder::FusedDecode(int64_t n) const {
   const ModelConfig& c = config_;
   const int64_t q_dim = c.num_heads * c.head_dim;
-  // The staged GEMV's shapes: every product of the layer reads rows of whole 2,048-element chunks.
-  return dtype_ == DType::kBF16 && !fp8_weights_ && n <= kc::kGemvFusedMaxRows &&
-         c.hidden_size % 2048 == 0 && c.intermediate_size % 2048 == 0 && q_dim % 2048 == 0;
+  // The staged GEMV's shapes: every product of the layer reads rows of whole 2,048-element chunks
+  // (bf16 or e4m3 weights).
+  return dtype_ == DType::kBF16 && n <= kc::kGemvFusedMaxRows && c.hidden_size % 2048 == 0 &&
+         c.intermediate_size % 2048 == 0 && q_dim % 2048 == 0;
 }
 
 Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* logits, void* stream) {
@@ -416,7 +423,7 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
       qe.v_cache = kv.v[i];
       DINFER_RETURN_IF_ERROR(NormGemv(residual, i == 0 ? nullptr : branch_, nullptr, l.input_norm,
                                       l.qkv, qkv_buf_, n, dtype_, nullptr, stream,
-                                      qkv_epilogue ? &qe : nullptr));
+                                      qkv_epilogue ? &qe : nullptr, l.qkv_scale));
     } else {
       norm.add = i == 0 ? nullptr : branch_;
       norm.add_bias = nullptr;  // the add is the previous MLP's output, which has no bias
@@ -442,14 +449,14 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
       kc::GemvFusedParams o;
       o.gemm.x = attn_;
       o.gemm.ldx = q_dim;
-      DINFER_RETURN_IF_ERROR(StagedGemv(o, l.o, branch_, n, dtype_, stream));
+      DINFER_RETURN_IF_ERROR(StagedGemv(o, l.o, branch_, n, dtype_, stream, l.o_scale));
       DINFER_RETURN_IF_ERROR(NormGemv(residual, branch_, o_bias, l.post_norm, l.gate_up, gate_up_,
-                                      n, dtype_, nullptr, stream));
+                                      n, dtype_, nullptr, stream, nullptr, l.gate_up_scale));
       kc::GemvFusedParams down;
       down.input = kc::GemvInput::kSiluMul;
       down.gemm.x = gate_up_;
       down.gemm.ldx = 2 * inter;
-      DINFER_RETURN_IF_ERROR(StagedGemv(down, l.down, branch_, n, dtype_, stream));
+      DINFER_RETURN_IF_ERROR(StagedGemv(down, l.down, branch_, n, dtype_, stream, l.down_scale));
       continue;
     }
     DINFER_RETURN_IF_ERROR(Gemm(attn_, l.o, branch_, n, dtype_, stream, l.o_scale));

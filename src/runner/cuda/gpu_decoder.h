@@ -3,7 +3,8 @@
 // one matrix each; activations are the weights' dtype except the residual stream (f32). A layer is
 // RMSNorm(+residual) → qkv GEMM → bias/qk-norm/rope/KV write → paged attention → o GEMM →
 // RMSNorm(+residual) → gate/up GEMM → SiLU·mul → down GEMM. Steps of one or two tokens in bf16
-// run each RMSNorm and the SiLU·mul inside the GEMV that reads their output (GemvFused), and
+// (bf16 or e4m3 layer weights) run each RMSNorm and the SiLU·mul inside the GEMV that reads their
+// output (GemvFused), and
 // (without per-head q/k norms) the rope and KV-cache write in the q/k/v GEMV's epilogue.
 // The step's metadata (GpuStep) is device memory built by the runner once per step (the plan);
 // every layer reads it (the run). Activation buffers have fixed addresses (graph replay).
@@ -34,9 +35,9 @@ class GpuDecoder final : public GpuModel {
   static StatusOr<std::unique_ptr<GpuDecoder>> Random(const ModelConfig& config, uint64_t seed);
 
   // Replaces the layers' bf16 matrices (q/k/v, o, gate/up, down) by e4m3 with one f32 scale per
-  // output channel (amax / 448); the embedding and the LM head stay bf16. Their products then
-  // quantize the activations per token and run as FP8 GEMMs (cuBLASLt), and the fused decode
-  // GEMVs (bf16 weights only) are off. Before Reserve.
+  // output channel (amax / 448); the embedding and the LM head stay bf16. Fused decode steps read
+  // them in the staged GEMVs (bf16 inputs, the scale applied to each row's sum); other steps
+  // quantize the activations per token and run FP8 GEMMs (cuBLASLt). Before Reserve.
   Status QuantizeWeightsFp8();
   bool fp8_weights() const { return fp8_weights_; }
 
@@ -63,13 +64,16 @@ class GpuDecoder final : public GpuModel {
   bool FusedDecode(int64_t num_tokens) const;
   // RMSNorm(residual + add) fused into y = norm · wᵀ; `residual` moves to the buffer that
   // received the sums. With `qkv`, the GEMV also does the q/k/v epilogue (rope, KV-cache write).
+  // e4m3 weights come with their per-row scales (w_scale).
   Status NormGemv(float*& residual, const void* add, const float* add_bias,
                   const cuda::DeviceTensor& norm_weight, const cuda::DeviceTensor& w, void* y,
                   int64_t m, DType out, const int32_t* rows_index, void* stream,
-                  const kernels::cuda::GemvQkvEpilogue* qkv = nullptr);
-  // The staged GEMV y = f(x) · wᵀ, f and x as set in `f`.
+                  const kernels::cuda::GemvQkvEpilogue* qkv = nullptr,
+                  const std::optional<cuda::DeviceTensor>& w_scale = std::nullopt);
+  // The staged GEMV y = f(x) · wᵀ, f and x as set in `f`; e4m3 weights with their scales.
   Status StagedGemv(kernels::cuda::GemvFusedParams f, const cuda::DeviceTensor& w, void* y,
-                    int64_t m, DType out, void* stream);
+                    int64_t m, DType out, void* stream,
+                    const std::optional<cuda::DeviceTensor>& w_scale = std::nullopt);
 
   float norm_weight_offset_ = 0.0f;
   float embed_scale_ = 1.0f;
