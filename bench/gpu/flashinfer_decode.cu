@@ -305,10 +305,10 @@ __device__ __forceinline__ float Uniform(uint64_t seed, uint64_t i) {  // in [-1
   return static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
 }
 
-__global__ void FillKernel(void* data, int64_t n, uint64_t seed, bool fp8) {
+__global__ void FillKernel(void* data, int64_t n, uint64_t seed, bool fp8, float scale) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = Uniform(seed, i);
+    const float v = scale * Uniform(seed, i);
     if (fp8) {
       static_cast<__nv_fp8_e4m3*>(data)[i] = __nv_fp8_e4m3(v);
     } else {
@@ -439,10 +439,12 @@ Row RunCase(int seqs, int ctx, bool fp8, int multiprocessors, cudaStream_t s) {
   const size_t cache_bytes = static_cast<size_t>(pages) * kPage * kKvDim * elem;
   Buffer k(cache_bytes), v(cache_bytes), q(static_cast<size_t>(seqs) * kHeads * kHeadDim * 2);
   const int fill_blocks = multiprocessors * 8;
-  FillKernel<<<fill_blocks, 256, 0, s>>>(k.p, cache_bytes / elem, 11 + seqs, fp8);
-  FillKernel<<<fill_blocks, 256, 0, s>>>(v.p, cache_bytes / elem, 12 + ctx, fp8);
+  FillKernel<<<fill_blocks, 256, 0, s>>>(k.p, cache_bytes / elem, 11 + seqs, fp8, 1.0f);
+  FillKernel<<<fill_blocks, 256, 0, s>>>(v.p, cache_bytes / elem, 12 + ctx, fp8, 1.0f);
+  // Queries in [-6, 6): logits of a standard deviation near 2, so that the softmax is far from
+  // uniform and a wrong scale or a lost key shows in the outputs.
   FillKernel<<<fill_blocks, 256, 0, s>>>(q.p, static_cast<int64_t>(seqs) * kHeads * kHeadDim, 13,
-                                         false);
+                                         false, 6.0f);
   CHECK_CUDA(cudaGetLastError());
 
   // Every sequence's pages in a shuffled order across the whole cache.
