@@ -21,7 +21,9 @@
 // and its fraction of the HBM read bandwidth measured here (bench/gpu/bandwidth.cu's streaming read
 // over 4 GiB). Outputs: the relative L2 error of each FlashInfer output against ours, and the
 // largest error of every implementation against a float64 reference on the host for the first
-// and the last sequence (scaled by the reference's largest magnitude).
+// and the last sequence (scaled by the reference's largest magnitude). FlashInfer keeps the
+// partial outputs of split keys in bf16 (its tmp_v is the output type), so where its plan splits
+// its error is about 1.5x that of an unsplit run.
 // Usage: dinfer_flashinfer_bench [OUT.json]
 //
 // The FlashInfer parts compile as separate objects (DINFER_FI_PART 1-4: decode bf16, decode e4m3,
