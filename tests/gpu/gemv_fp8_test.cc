@@ -472,7 +472,18 @@ TEST_P(GemvFp8QkvTest, MatchesGemvThenQkvRopeKvWrite) {
             wf[j] = Bf16ToF32(wb);
           }
         }
-        EXPECT_LE(RelError(gf, wf), fp8 ? 3e-2 : Tolerance(DType::kBF16)) << "slot " << s;
+        // bf16: about an ulp on some elements. e4m3: beyond the element bound above, the two
+        // quantizations agree except where the unrounded value lies within the bf16 rounding
+        // of a midpoint between codes (a few percent of elements, 4% in the worst case seen);
+        // a row norm is no measure here, as one of the few large elements of a row of
+        // heavy-tailed e4m3 products on the other code moves it by 5%.
+        if (fp8) {
+          int64_t differ = 0;
+          for (int64_t j = 0; j < kv_dim; ++j) differ += g[j] != wv[j];
+          EXPECT_LE(differ, kv_dim / 8) << "slot " << s << ": codes unlike the unfused path's";
+        } else {
+          EXPECT_LE(RelError(gf, wf), Tolerance(DType::kBF16)) << "slot " << s;
+        }
       }
     };
     check_cache(got_k, want_k, false);

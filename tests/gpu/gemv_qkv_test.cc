@@ -211,9 +211,18 @@ TEST_P(GemvQkvTest, MatchesGemvThenQkvRopeKvWrite) {
             wf[j] = Bf16ToF32(wb);
           }
         }
-        // bf16: about an ulp on some elements; e4m3: one step (1/8 to 1/16 relative) on the
-        // few elements whose unrounded value lies near a rounding midpoint.
-        EXPECT_LE(RelError(gf, wf), fp8 ? 3e-2 : Tolerance(DType::kBF16)) << "slot " << s;
+        // bf16: about an ulp on some elements. e4m3: beyond the element bound above, the two
+        // quantizations agree except where the unrounded value lies within the bf16 rounding
+        // of a midpoint between codes (a few percent of elements, 4% in the worst case seen);
+        // a row norm is a poor measure of that, as a single large element on the other code
+        // moves it by several percent.
+        if (fp8) {
+          int64_t differ = 0;
+          for (int64_t j = 0; j < kv_dim; ++j) differ += g[j] != wv[j];
+          EXPECT_LE(differ, kv_dim / 8) << "slot " << s << ": codes unlike the unfused path's";
+        } else {
+          EXPECT_LE(RelError(gf, wf), Tolerance(DType::kBF16)) << "slot " << s;
+        }
       }
     };
     check_cache(got_k, want_k, false);
