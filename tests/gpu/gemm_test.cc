@@ -147,18 +147,21 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GroupedGemmTest,
                                            GroupedCase{2, 3, 50, 512, DType::kBF16}));
 
 // The staged GEMV with its input made in front of it (RMSNorm of the residual sum, SiLU·mul, or
-// the plain input), against the CPU reference ops and a double-precision product of their output
-// rounded to bf16 as the unfused kernels store it.
+// the plain input), on bf16 weights or on e4m3 ones with a scale per row, against the CPU
+// reference ops and a double-precision product of their output rounded to bf16 as the unfused
+// kernels store it (with the values the e4m3 bytes stand for, times the row's scale).
 struct FusedCase {
   int64_t m, n, k;
   kc::GemvInput input;
   DType out;
   bool gather;  // RMSNorm rows picked by rows_index (the final norm), no residual written
+  bool fp8_weights = false;  // RandomFp8 weights (gpu_test_util.h)
 };
 
 std::ostream& operator<<(std::ostream& os, const FusedCase& c) {
   return os << c.m << "x" << c.n << "x" << c.k << " input " << static_cast<int>(c.input) << " -> "
-            << DTypeName(c.out) << (c.gather ? " gather" : "");
+            << DTypeName(c.out) << (c.gather ? " gather" : "")
+            << (c.fp8_weights ? " e4m3 weights" : "");
 }
 
 class GemvFusedTest : public ::testing::TestWithParam<FusedCase> {};
@@ -168,8 +171,14 @@ TEST_P(GemvFusedTest, MatchesUnfusedReference) {
   const FusedCase tc = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(tc.m * 7 + tc.n * 3 + tc.k + static_cast<int>(tc.input)));
   const int64_t res_rows = 3;
-  auto w =
-      RoundTo(DType::kBF16, Random(tc.n * tc.k, rng, 1.0f / std::sqrt(static_cast<float>(tc.k))));
+  std::vector<float> w;
+  Fp8Weights w8;
+  if (tc.fp8_weights) {
+    w8 = RandomFp8(tc.n, tc.k, rng);
+  } else {
+    w = RoundTo(DType::kBF16, Random(tc.n * tc.k, rng, 1.0f / std::sqrt(static_cast<float>(tc.k))));
+  }
+  const std::vector<float>& w_values = tc.fp8_weights ? w8.values : w;
   auto in = RoundTo(DType::kBF16, Random(tc.m * 2 * tc.k, rng, 2.0f));  // plain / gate|up rows
   auto residual = Random(res_rows * tc.k, rng);
   auto add = RoundTo(DType::kBF16, Random(res_rows * tc.k, rng, 0.5f));
@@ -215,12 +224,14 @@ TEST_P(GemvFusedTest, MatchesUnfusedReference) {
   for (int64_t i = 0; i < tc.m; ++i) {
     for (int64_t j = 0; j < tc.n; ++j) {
       double s = 0;
-      for (int64_t l = 0; l < tc.k; ++l) s += double{x[i * tc.k + l]} * w[j * tc.k + l];
-      want[i * tc.n + j] = static_cast<float>(s);
+      for (int64_t l = 0; l < tc.k; ++l) s += double{x[i * tc.k + l]} * w_values[j * tc.k + l];
+      want[i * tc.n + j] = static_cast<float>(tc.fp8_weights ? s * w8.scale[j] : s);
     }
   }
 
-  auto d_w = Upload(w, DType::kBF16), d_in = Upload(in, DType::kBF16);
+  auto d_w = tc.fp8_weights ? UploadRaw(w8.bytes) : Upload(w, DType::kBF16);
+  auto d_scale = Upload(tc.fp8_weights ? w8.scale : std::vector<float>{1.0f}, DType::kF32);
+  auto d_in = Upload(in, DType::kBF16);
   auto d_res = Upload(residual, DType::kF32), d_add = Upload(add, DType::kBF16);
   auto d_bias = Upload(bias, DType::kF32), d_norm = Upload(norm_w, DType::kF32);
   auto d_index = UploadRaw(index);
@@ -237,6 +248,10 @@ TEST_P(GemvFusedTest, MatchesUnfusedReference) {
   p.gemm.n = tc.n;
   p.gemm.k = tc.k;
   p.gemm.out_dtype = tc.out;
+  if (tc.fp8_weights) {
+    p.w_dtype = DType::kF8E4M3;
+    p.w_scale = static_cast<const float*>(d_scale.data());
+  }
   p.input = tc.input;
   p.residual = static_cast<const float*>(d_res.data());
   p.add = d_add.data();
@@ -250,7 +265,13 @@ TEST_P(GemvFusedTest, MatchesUnfusedReference) {
   ASSERT_TRUE(kc::GemvFusedSupports(p));
   ASSERT_CUDA_OK(kc::GemvFused(p, nullptr));
   // A few inputs may round to the other bf16 neighbour than the CPU's (f32 sums in another order).
-  const double tol = tc.out == DType::kF32 ? 1e-3 : Tolerance(tc.out);
+  // e4m3 weights: with the plain input to f32 the products are exact in f32 (8 x 4 significant
+  // bits) and only the sums round (~1e-6); a bf16 output is the rounded reference, each element
+  // at most one ulp (2^-8) off.
+  const double tol = !tc.fp8_weights          ? (tc.out == DType::kF32 ? 1e-3 : Tolerance(tc.out))
+                     : tc.out == DType::kBF16 ? 1.0 / 256
+                     : tc.input == kc::GemvInput::kPlain ? 1e-5
+                                                         : 1e-3;
   EXPECT_LE(RelError(Download(d_y, tc.m * tc.n, tc.out), RoundTo(tc.out, want)), tol);
   if (writes) {
     const auto got = Download(d_res_out, res_rows * tc.k, DType::kF32);
@@ -267,40 +288,81 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{2, 777, 2048, In::kRmsNorm, DType::kBF16, false},
                       FusedCase{2, 20001, 2048, In::kRmsNorm, DType::kF32, true},
                       FusedCase{1, 4096, 14336, In::kSiluMul, DType::kBF16, false},
-                      FusedCase{2, 300, 6144, In::kSiluMul, DType::kBF16, false}));
+                      FusedCase{2, 300, 6144, In::kSiluMul, DType::kBF16, false},
+                      // e4m3 weights. Llama-3.1-8B: q/k/v and gate/up after the RMSNorms, o, down
+                      // after SiLU·mul (rows of 14,336 end in a half chunk).
+                      FusedCase{1, 6144, 4096, In::kRmsNorm, DType::kBF16, false, true},
+                      FusedCase{2, 6144, 4096, In::kRmsNorm, DType::kF32, false, true},
+                      FusedCase{1, 28672, 4096, In::kRmsNorm, DType::kBF16, false, true},
+                      FusedCase{2, 28672, 4096, In::kRmsNorm, DType::kBF16, false, true},
+                      FusedCase{1, 4096, 4096, In::kPlain, DType::kBF16, false, true},
+                      FusedCase{2, 4096, 4096, In::kPlain, DType::kF32, false, true},
+                      FusedCase{1, 4096, 14336, In::kSiluMul, DType::kBF16, false, true},
+                      FusedCase{2, 4096, 14336, In::kSiluMul, DType::kF32, false, true},
+                      FusedCase{1, 4096, 14336, In::kPlain, DType::kF32, false, true},
+                      // Few rows, rows of one half chunk, of 1.5 chunks, the gathered final norm.
+                      FusedCase{1, 300, 2048, In::kPlain, DType::kF32, false, true},
+                      FusedCase{2, 300, 2048, In::kRmsNorm, DType::kBF16, false, true},
+                      FusedCase{2, 300, 2048, In::kSiluMul, DType::kF32, false, true},
+                      FusedCase{1, 777, 6144, In::kSiluMul, DType::kBF16, false, true},
+                      FusedCase{2, 5, 6144, In::kPlain, DType::kF32, false, true},
+                      FusedCase{2, 2001, 2048, In::kRmsNorm, DType::kF32, true, true}));
 
 // The staged GEMV's CTAs per multiprocessor move rows between CTAs but not the order of any row's
 // sum: every choice gives the same bits as the default, which matches a double product.
 struct StagedCase {
   int64_t m, n, k, group_n;
   DType out;
+  bool fp8_weights = false;  // RandomFp8 weights with a scale per row
 };
 
 TEST(GemvFusedLaunchTest, EveryChoiceGivesTheSameBits) {
   SKIP_WITHOUT_GPU();
   const StagedCase cases[] = {
-      {1, 3000, 4096, 0, DType::kF32},   {2, 777, 8192, 0, DType::kF32},
-      {2, 256, 4096, 0, DType::kF32},    {1, 8 * 130, 4096, 130, DType::kBF16},
-      {2, 1001, 14336, 0, DType::kBF16}, {1, 5, 2048, 0, DType::kF32},
-      {2, 4 * 96, 2048, 96, DType::kF32}};
+      {1, 3000, 4096, 0, DType::kF32},
+      {2, 777, 8192, 0, DType::kF32},
+      {2, 256, 4096, 0, DType::kF32},
+      {1, 8 * 130, 4096, 130, DType::kBF16},
+      {2, 1001, 14336, 0, DType::kBF16},
+      {1, 5, 2048, 0, DType::kF32},
+      {2, 4 * 96, 2048, 96, DType::kF32},
+      // e4m3 weights: rows of one chunk, of 3.5 chunks, of half a chunk, of 1.5 chunks; groups.
+      {1, 3000, 4096, 0, DType::kF32, true},
+      {2, 777, 14336, 0, DType::kF32, true},
+      {1, 1001, 14336, 0, DType::kBF16, true},
+      {1, 5, 2048, 0, DType::kF32, true},
+      {2, 257, 6144, 0, DType::kF32, true},
+      {1, 8 * 130, 4096, 130, DType::kBF16, true},
+      {2, 4 * 96, 2048, 96, DType::kF32, true}};
   for (const StagedCase& tc : cases) {
-    SCOPED_TRACE(testing::Message()
-                 << tc.m << "x" << tc.n << "x" << tc.k << " group " << tc.group_n);
+    SCOPED_TRACE(testing::Message() << tc.m << "x" << tc.n << "x" << tc.k << " group " << tc.group_n
+                                    << (tc.fp8_weights ? " e4m3" : ""));
     const int64_t groups = tc.group_n > 0 ? tc.n / tc.group_n : 1, ldx = groups * tc.k;
     std::mt19937 rng(static_cast<uint32_t>(tc.m * 5 + tc.n + tc.k));
     auto x = RoundTo(DType::kBF16, Random(tc.m * ldx, rng));
-    auto w =
-        RoundTo(DType::kBF16, Random(tc.n * tc.k, rng, 1.0f / std::sqrt(static_cast<float>(tc.k))));
+    std::vector<float> w;
+    Fp8Weights w8;
+    if (tc.fp8_weights) {
+      w8 = RandomFp8(tc.n, tc.k, rng);
+    } else {
+      w = RoundTo(DType::kBF16,
+                  Random(tc.n * tc.k, rng, 1.0f / std::sqrt(static_cast<float>(tc.k))));
+    }
+    const std::vector<float>& w_values = tc.fp8_weights ? w8.values : w;
     std::vector<float> want(tc.m * tc.n);
     for (int64_t i = 0; i < tc.m; ++i) {
       for (int64_t j = 0; j < tc.n; ++j) {
         const int64_t g = tc.group_n > 0 ? j / tc.group_n : 0;
         double s = 0;
-        for (int64_t l = 0; l < tc.k; ++l) s += double{x[i * ldx + g * tc.k + l]} * w[j * tc.k + l];
-        want[i * tc.n + j] = static_cast<float>(s);
+        for (int64_t l = 0; l < tc.k; ++l) {
+          s += double{x[i * ldx + g * tc.k + l]} * w_values[j * tc.k + l];
+        }
+        want[i * tc.n + j] = static_cast<float>(tc.fp8_weights ? s * w8.scale[j] : s);
       }
     }
-    auto d_x = Upload(x, DType::kBF16), d_w = Upload(w, DType::kBF16);
+    auto d_x = Upload(x, DType::kBF16);
+    auto d_w = tc.fp8_weights ? UploadRaw(w8.bytes) : Upload(w, DType::kBF16);
+    auto d_scale = Upload(tc.fp8_weights ? w8.scale : std::vector<float>{1.0f}, DType::kF32);
     kc::GemvFusedParams p;
     p.gemm.x = d_x.data();
     p.gemm.ldx = ldx;
@@ -312,6 +374,10 @@ TEST(GemvFusedLaunchTest, EveryChoiceGivesTheSameBits) {
     p.gemm.k = tc.k;
     p.gemm.out_dtype = tc.out;
     p.gemm.group_n = tc.group_n;
+    if (tc.fp8_weights) {
+      p.w_dtype = DType::kF8E4M3;
+      p.w_scale = static_cast<const float*>(d_scale.data());
+    }
     auto run = [&](int per_sm) {
       auto d_y = Poisoned(tc.m * tc.n, tc.out);
       kc::GemvFusedParams q = p;
@@ -322,7 +388,11 @@ TEST(GemvFusedLaunchTest, EveryChoiceGivesTheSameBits) {
       return Download(d_y, tc.m * tc.n, tc.out);
     };
     const std::vector<float> base = run(0);
-    EXPECT_LE(RelError(base, RoundTo(tc.out, want)), tc.out == DType::kF32 ? 1e-5 : 1e-2);
+    // bf16 outputs: within an ulp of the rounded reference (2^-8; e4m3 rows, whose products are
+    // exact, are held to that, bf16 ones to the usual 1e-2).
+    EXPECT_LE(RelError(base, RoundTo(tc.out, want)), tc.out == DType::kF32 ? 1e-5
+                                                     : tc.fp8_weights      ? 1.0 / 256
+                                                                           : 1e-2);
     for (int per_sm : {1, 2, 3, 4}) {
       const std::vector<float> got = run(per_sm);
       ASSERT_EQ(got.size(), base.size());
@@ -604,9 +674,6 @@ TEST(GemvPerf, DecodeShapesBandwidth) {
   std::printf("  | staged default chained, best chained (fractions)\n");
   cudaStream_t st = nullptr;
   ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  ASSERT_CUDA_OK(cudaEventCreate(&e0));
-  ASSERT_CUDA_OK(cudaEventCreate(&e1));
   double reference = 0;
   for (const Shape& sh : shapes) {
     const int64_t w_bytes = sh.n * sh.k * 2;
@@ -646,32 +713,9 @@ TEST(GemvPerf, DecodeShapesBandwidth) {
           f.gemm.w = static_cast<char*>(w) + (i++ % copies) * w_bytes;
           return v.gemv ? kc::Gemv(f.gemm, st, v.tiling) : kc::GemvFused(f, st);
         };
-        auto median = [](std::vector<float> t) {
-          std::sort(t.begin(), t.end());
-          return static_cast<double>(t[t.size() / 2]);
-        };
-        for (int r = 0; r < 3; ++r) ASSERT_CUDA_OK(launch());
-        std::vector<float> alone, chained;
-        for (int r = 0; r < 15; ++r) {
-          ASSERT_CUDA_OK(cudaEventRecord(e0, st));
-          ASSERT_CUDA_OK(launch());
-          ASSERT_CUDA_OK(cudaEventRecord(e1, st));
-          ASSERT_CUDA_OK(cudaEventSynchronize(e1));
-          float ms = 0;
-          ASSERT_CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-          alone.push_back(ms);
-        }
-        constexpr int kChain = 20;
-        for (int r = 0; r < 6; ++r) {
-          ASSERT_CUDA_OK(cudaEventRecord(e0, st));
-          for (int c = 0; c < kChain; ++c) ASSERT_CUDA_OK(launch());
-          ASSERT_CUDA_OK(cudaEventRecord(e1, st));
-          ASSERT_CUDA_OK(cudaEventSynchronize(e1));
-          float ms = 0;
-          ASSERT_CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-          if (r > 0) chained.push_back(ms / kChain);
-        }
-        const double a = w_bytes / median(alone) / 1e6, c = w_bytes / median(chained) / 1e6;
+        const LaunchTimes times = TimeLaunches(st, launch);
+        ASSERT_GT(times.chained_ms, 0.0);
+        const double a = w_bytes / times.alone_ms / 1e6, c = w_bytes / times.chained_ms / 1e6;
         std::printf(" %5.0f/%-5.0f", a, c);
         if (!v.gemv && v.per_sm == 0) default_chain = c;
         best_chain = std::max(best_chain, c);
@@ -684,8 +728,6 @@ TEST(GemvPerf, DecodeShapesBandwidth) {
     ASSERT_CUDA_OK(cudaFree(x));
     ASSERT_CUDA_OK(cudaFree(y));
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   cudaStreamDestroy(st);
 }
 

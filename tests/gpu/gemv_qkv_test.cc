@@ -1,9 +1,9 @@
 // The staged GEMV's q/k/v epilogue (GemvFusedParams::qkv: rotary embedding, bias, paged KV-cache
-// write done on the GEMV's sums) against the unfused path on the device: the same GemvFused without
-// the epilogue into a q|k|v buffer, then QkvRopeKvWrite. The unfused path rounds the GEMV's sums
-// to bf16 before the bias and the rotation, the epilogue does not: outputs may differ by about one
-// bf16 ulp (one e4m3 step in FP8 caches), far below what a wrong row permutation, pair, angle or
-// slot gives.
+// write done on the GEMV's sums), on bf16 and on e4m3 weights, against the unfused path on the
+// device: the same GemvFused without the epilogue into a q|k|v buffer, then QkvRopeKvWrite. The
+// unfused path rounds the GEMV's sums to bf16 before the bias and the rotation, the epilogue does
+// not: outputs may differ by about one bf16 ulp (one e4m3 step in FP8 caches), far below what a
+// wrong row permutation, pair, angle or slot gives.
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
@@ -22,14 +22,16 @@ struct QkvGemvCase {
   int64_t heads, kv_heads, head_dim, rotary_dim;
   bool interleaved, bias;
   int64_t m, k;
-  float fp8_scale = 0.0f;  // > 0: e4m3 caches holding K / scale and V / scale
+  float fp8_scale = 0.0f;    // > 0: e4m3 caches holding K / scale and V / scale
+  bool fp8_weights = false;  // e4m3 weights with a scale per row (RandomFp8)
 };
 
 std::ostream& operator<<(std::ostream& os, const QkvGemvCase& c) {
   return os << c.heads << "/" << c.kv_heads << " heads of " << c.head_dim << " rotary "
             << c.rotary_dim << (c.interleaved ? " interleaved" : " halves")
             << (c.bias ? " bias" : "") << " m" << c.m << " k" << c.k
-            << (c.fp8_scale > 0 ? " fp8 scale " + std::to_string(c.fp8_scale) : "");
+            << (c.fp8_scale > 0 ? " fp8 scale " + std::to_string(c.fp8_scale) : "")
+            << (c.fp8_weights ? " e4m3 weights" : "");
 }
 
 // The spacing of e4m3 values around |v| (subnormals below 2^-6).
@@ -49,7 +51,13 @@ TEST_P(GemvQkvTest, MatchesGemvThenQkvRopeKvWrite) {
   const int64_t cache_elems = cache_rows * kv_dim;
   const bool fp8 = tc.fp8_scale > 0.0f;
   std::mt19937 rng(static_cast<uint32_t>(n * 13 + k + m * 7 + d));
-  auto w = RoundTo(DType::kBF16, Random(n * k, rng, 1.0f / std::sqrt(static_cast<float>(k))));
+  std::vector<float> w;
+  Fp8Weights w8;
+  if (tc.fp8_weights) {
+    w8 = RandomFp8(n, k, rng);
+  } else {
+    w = RoundTo(DType::kBF16, Random(n * k, rng, 1.0f / std::sqrt(static_cast<float>(k))));
+  }
   auto residual = Random(m * k, rng, 3.0f);
   auto norm_w = Random(k, rng, 0.2f);
   for (auto& v : norm_w) v += 1.0f;
@@ -62,7 +70,9 @@ TEST_P(GemvQkvTest, MatchesGemvThenQkvRopeKvWrite) {
   const std::vector<int32_t> positions = {4093, 17};
   const std::vector<int64_t> slots = {3 * block_size + 5, 1 * block_size + 14};
 
-  auto d_w = Upload(w, DType::kBF16), d_res = Upload(residual, DType::kF32);
+  auto d_w = tc.fp8_weights ? UploadRaw(w8.bytes) : Upload(w, DType::kBF16);
+  auto d_scale = Upload(tc.fp8_weights ? w8.scale : std::vector<float>{1.0f}, DType::kF32);
+  auto d_res = Upload(residual, DType::kF32);
   auto d_norm = Upload(norm_w, DType::kF32), d_bias = Upload(bias, DType::kF32);
   auto d_freq = Upload(inv_freq, DType::kF32);
   auto d_pos = UploadRaw(positions);
@@ -81,6 +91,10 @@ TEST_P(GemvQkvTest, MatchesGemvThenQkvRopeKvWrite) {
   p.gemm.n = n;
   p.gemm.k = k;
   p.gemm.out_dtype = DType::kBF16;
+  if (tc.fp8_weights) {
+    p.w_dtype = DType::kF8E4M3;
+    p.w_scale = static_cast<const float*>(d_scale.data());
+  }
   p.input = kc::GemvInput::kRmsNorm;
   p.residual = static_cast<const float*>(d_res.data());
   p.norm_weight = static_cast<const float*>(d_norm.data());
@@ -246,7 +260,14 @@ INSTANTIATE_TEST_SUITE_P(
         QkvGemvCase{10, 2, 80, 80, false, true, 2, 2048},
         QkvGemvCase{10, 2, 80, 48, true, true, 1, 2048, 0.5f},
         // No rotary at all: bias and the cache write only.
-        QkvGemvCase{4, 2, 64, 0, false, true, 2, 2048}));
+        QkvGemvCase{4, 2, 64, 0, false, true, 2, 2048},
+        // e4m3 weights (a scale per row; rows of 2,048 are half a chunk, of 14,336 end in one).
+        QkvGemvCase{32, 8, 128, 128, false, false, 1, 4096, 0.0f, true},
+        QkvGemvCase{32, 8, 128, 128, false, true, 2, 4096, 0.25f, true},
+        QkvGemvCase{16, 4, 64, 32, true, true, 2, 2048, 0.0f, true},
+        QkvGemvCase{16, 4, 64, 64, false, false, 1, 6144, 1.0f, true},
+        QkvGemvCase{10, 2, 80, 48, true, true, 1, 14336, 0.0f, true},
+        QkvGemvCase{10, 2, 80, 80, false, true, 2, 2048, 0.5f, true}));
 
 TEST(GemvQkvSupportsTest, RejectsWhatTheEpilogueCannotDo) {
   SKIP_WITHOUT_GPU();

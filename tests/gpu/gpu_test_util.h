@@ -1,8 +1,9 @@
-// Helpers for the GPU conformance tests: random host data, bf16 rounding, device buffers filled
-// from host vectors (and poisoned with NaN before a kernel writes them), e4m3 rounding, and error
-// norms.
+// Helpers for the GPU conformance tests: random host data (and random e4m3 weights with row
+// scales), bf16 rounding, device buffers filled from host vectors (and poisoned with NaN before a
+// kernel writes them), e4m3 rounding, error norms, and the launch timing of the perf-mode tests.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -135,6 +136,80 @@ inline double RelError(const std::vector<float>& got, const std::vector<float>& 
     ref += double{want[i]} * want[i];
   }
   return std::sqrt(diff / std::max(ref, 1e-300));
+}
+
+// Random e4m3 weights: codes of every exponent (subnormals and zero included) and sign, NaN codes
+// replaced by ±448; and per-row scales spread over 2^-12 .. 2^-7, so that a scale applied to the
+// wrong row shows.
+struct Fp8Weights {
+  std::vector<uint8_t> bytes;  // [n, k]
+  std::vector<float> scale;    // [n]
+  std::vector<float> values;   // [n, k]: what the bytes stand for, without the scale
+};
+
+inline Fp8Weights RandomFp8(int64_t n, int64_t k, std::mt19937& rng) {
+  Fp8Weights w;
+  w.bytes.resize(static_cast<size_t>(n * k));
+  w.values.resize(w.bytes.size());
+  float lut[256];
+  for (int c = 0; c < 256; ++c) lut[c] = kernels::cpu::E4M3ToF32(static_cast<uint8_t>(c));
+  for (size_t i = 0; i < w.bytes.size(); ++i) {
+    uint8_t b = static_cast<uint8_t>(rng());
+    if ((b & 0x7f) == 0x7f) b ^= 1;  // NaN → 448
+    w.bytes[i] = b;
+    w.values[i] = lut[b];
+  }
+  std::uniform_real_distribution<float> u(-12.0f, -7.0f);
+  w.scale.resize(static_cast<size_t>(n));
+  for (auto& s : w.scale) s = std::exp2(u(rng));
+  return w;
+}
+
+// Median milliseconds of one launch (launch() returns a cudaError_t): alone, with events around
+// each of 15 launches, and chained, over rounds of 20 back-to-back launches (programmatic
+// dependents overlap there), after 3 warm-up launches. Negative on a CUDA error.
+struct LaunchTimes {
+  double alone_ms = -1, chained_ms = -1;
+};
+template <typename Launch>
+LaunchTimes TimeLaunches(cudaStream_t st, Launch&& launch) {
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  LaunchTimes out;
+  if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) return out;
+  auto median = [](std::vector<float> t) {
+    std::sort(t.begin(), t.end());
+    return static_cast<double>(t[t.size() / 2]);
+  };
+  // Events around `count` launches: their time, or a negative value on an error.
+  auto timed = [&](int count) -> float {
+    if (cudaEventRecord(e0, st) != cudaSuccess) return -1;
+    for (int c = 0; c < count; ++c) {
+      if (launch() != cudaSuccess) return -1;
+    }
+    float ms = 0;
+    if (cudaEventRecord(e1, st) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+      return -1;
+    }
+    return ms;
+  };
+  std::vector<float> alone, chained;
+  bool ok = timed(3) >= 0;
+  for (int r = 0; ok && r < 15; ++r) {
+    const float ms = timed(1);
+    ok = ms >= 0;
+    alone.push_back(ms);
+  }
+  constexpr int kChain = 20;
+  for (int r = 0; ok && r < 6; ++r) {
+    const float ms = timed(kChain);
+    ok = ms >= 0;
+    if (r > 0) chained.push_back(ms / kChain);
+  }
+  if (ok) out = {median(alone), median(chained)};
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return out;
 }
 
 // Tolerances: f32 arithmetic against double references; bf16 outputs (8-bit mantissa).
