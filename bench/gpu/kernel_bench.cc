@@ -3,8 +3,10 @@
 // or TFLOP/s against the measured bf16 matrix rate (FP8 products: against twice that, the
 // datasheet's FP8 : bf16 ratio, and against the 8192³ FP8 product measured here). Inputs larger
 // than the L2 cache, or rotated among copies that together are, so that timings are of HBM.
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <random>
 #include <utility>
 
 #include "bench/gpu/bench_common.h"
@@ -298,9 +300,11 @@ Status Fp8GemmRows(const cuda::Stream& s, Table& t) {
 
 // Attention over `seqs` sequences of `ctx` cached keys each: decode (one query each, the rows
 // kernel) or a whole causal prompt (the prefill kernel); fp8: an e4m3 cache (its bytes are
-// those of the random bf16 cache: the timings do not depend on the values).
+// those of the random bf16 cache: the timings do not depend on the values). Each sequence's
+// blocks follow one another in the cache (as a prompt's do when it is written into a fresh
+// pool), or with `shuffled` lie anywhere in it (as in a pool that has served many requests).
 Status AttentionRows(const cuda::Stream& s, Table& t, int64_t seqs, int64_t ctx, bool prefill,
-                     int multiprocessors, bool fp8 = false) {
+                     int multiprocessors, bool fp8 = false, bool shuffled = false) {
   const int64_t bs = 16, blocks_per_seq = (ctx + bs - 1) / bs, kv_dim = kKvHeads * kHeadDim;
   const int64_t tokens = prefill ? seqs * ctx : seqs;
   const int64_t q_stride = kHeads * kHeadDim + 2 * kv_dim;
@@ -314,6 +318,7 @@ Status AttentionRows(const cuda::Stream& s, Table& t, int64_t seqs, int64_t ctx,
   std::vector<int32_t> tables(seqs * blocks_per_seq), token_seq, positions, seq_end, rows, tile_seq,
       tile_token;
   std::iota(tables.begin(), tables.end(), 0);
+  if (shuffled) std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
   for (int64_t sq = 0; sq < seqs; ++sq) {
     const int64_t first = static_cast<int64_t>(token_seq.size());
     const int64_t n = prefill ? ctx : 1;
@@ -389,7 +394,7 @@ Status AttentionRows(const cuda::Stream& s, Table& t, int64_t seqs, int64_t ctx,
   const std::string name = std::string(prefill ? "attention prefill " : "attention decode ") +
                            std::to_string(seqs) + "x" + std::to_string(ctx) +
                            (prefill ? "" : " splits=" + std::to_string(p.num_splits)) +
-                           (fp8 ? " fp8 kv" : "");
+                           (fp8 ? " fp8 kv" : "") + (shuffled ? " shuffled" : "");
   const double kv_bytes = 2.0 * seqs * ctx * kv_dim * (fp8 ? 1 : 2);
   const double flops = 4.0 * kHeadDim * kHeads * seqs * (ctx * (ctx + 1) / 2.0);
   t.Add(name, ms, prefill ? 0.0 : kv_bytes, prefill ? flops : 0.0);
@@ -489,6 +494,13 @@ StatusOr<json::object> KernelBench(const cuda::Stream& stream, const Limits& lim
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 256, 1536, false, multiprocessors, true));
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 1, 32768, false, multiprocessors, true));
     DINFER_RETURN_IF_ERROR(AttentionRows(stream, t, 8, 2048, true, multiprocessors, true));
+    // The same caches with the blocks in a shuffled order.
+    for (bool fp8 : {false, true}) {
+      DINFER_RETURN_IF_ERROR(
+          AttentionRows(stream, t, 256, 1536, false, multiprocessors, fp8, /*shuffled=*/true));
+      DINFER_RETURN_IF_ERROR(
+          AttentionRows(stream, t, 64, 2048, false, multiprocessors, fp8, /*shuffled=*/true));
+    }
   }
   if (want("elementwise")) DINFER_RETURN_IF_ERROR(ElementwiseRows(stream, t));
   return json::object{{"rows", std::move(t.rows)}};
