@@ -63,14 +63,9 @@ __device__ __forceinline__ void LoadVec4x2(const float* p, float (&v)[8]) {
   v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
 
-// A 4-byte asynchronous copy (the row scales; cp.async.cg copies only 16 bytes).
-__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-}
-
-// 8 bf16 (one 16-byte word) as f32, exactly (the bits shifted up).
-__device__ __forceinline__ void Bf16x8ToFloat(const uint4 u, float* out) {
+// 8 bf16 (one 16-byte word) as f32, exactly: the bits shifted up (what LoadVec computes, in
+// fewer instructions than its bf16x2 conversions in these loops).
+__device__ __forceinline__ void Bf16x8ToFloat(const uint4 u, float (&out)[8]) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -79,20 +74,10 @@ __device__ __forceinline__ void Bf16x8ToFloat(const uint4 u, float* out) {
   }
 }
 
-// The e4m3 pair in the low (kHigh: high) 16 bits of `word` as f32, exactly: the hardware widens
-// the pair to f16 (cvt.rn.f16x2.e4m3x2), then each half to f32.
+// The e4m3 pair in the low (kHigh: high) 16 bits of `word` as f32, exactly (e4m3 → f16 → f32).
 template <bool kHigh>
 __device__ __forceinline__ float2 E4M3PairToFloat2(uint32_t word) {
-  uint32_t h;
-  if constexpr (kHigh) {
-    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}\n"
-        : "=r"(h)
-        : "r"(word));
-  } else {
-    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
-        : "=r"(h)
-        : "r"(word));
-  }
+  const uint32_t h = E4M3x2ToHalf2<kHigh>(word);
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
@@ -127,12 +112,17 @@ struct StagedArgs {
   const float* w_scale;  // kFp8 kernels: [n]
 };
 
-// The physical weight row of logical row l under the q/k/v epilogue (see the header comment).
+// The physical weight row of dim `dim` of the head that starts at logical row `head`, under the
+// q/k/v epilogue (see the header comment).
+__device__ __forceinline__ int QkvRowAt(const StagedArgs::Qkv& q, int head, int dim) {
+  if (q.interleaved || dim >= q.rotary_dim || head >= q.q_dim + q.kv_dim) return head + dim;
+  return head + (dim >> 1) + (dim & 1) * (q.rotary_dim >> 1);
+}
+
+// The physical weight row of logical row l.
 __device__ __forceinline__ int QkvRow(const StagedArgs::Qkv& q, int l) {
-  if (q.interleaved || l >= q.q_dim + q.kv_dim) return l;
-  const int i = l % q.head_dim;
-  if (i >= q.rotary_dim) return l;
-  return l - i + (i >> 1) + (i & 1) * (q.rotary_dim >> 1);
+  const int dim = l % q.head_dim;
+  return QkvRowAt(q, l - dim, dim);
 }
 
 // What the epilogue of logical rows (l, l + 1) of token m reads from global memory; loaded before
@@ -342,36 +332,42 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
   // `dim` within the head starting at logical row `head`, chunk `in_row` of it) instead of found
   // by divisions, and `src` is the thread's 16 bytes of it in its physical row. Past the last
   // chunk, src stays on the last one (issued with nothing to read).
-  int head = 0, dim = 0, in_row = 0;
-  const bf16* src = nullptr;
-  auto physical = [&] {
-    const StagedArgs::Qkv& q = a.qkv;
-    int p = head + dim;
-    if (!q.interleaved && dim < q.rotary_dim && head < q.q_dim + q.kv_dim) {
-      p = head + (dim >> 1) + (dim & 1) * (q.rotary_dim >> 1);
-    }
-    return a.w + static_cast<int64_t>(p) * a.k + t * 8;
-  };
   // kFp8: chunks are tracked the same way with or without the epilogue (a half chunk ends some
   // rows): src8 is the thread's 16 bytes of the next chunk, chunk `in_row` of its row.
+  int head = 0, dim = 0, in_row = 0;
+  const bf16* src = nullptr;
   const uint8_t* w8 = reinterpret_cast<const uint8_t*>(a.w);
   const uint8_t* src8 = nullptr;
   const int next_row_step = a.k - (cpr - 1) * kChunkW;  // last chunk's start to the next row's
-  auto physical8 = [&] {
-    const StagedArgs::Qkv& q = a.qkv;
-    int p = head + dim;
-    if (!q.interleaved && dim < q.rotary_dim && head < q.q_dim + q.kv_dim) {
-      p = head + (dim >> 1) + (dim & 1) * (q.rotary_dim >> 1);
+  // The thread's 16 bytes of the first chunk of the current logical row (kQkv), in `base`'s units.
+  auto row_start = [&](auto* base, int thread_offset) {
+    return base + static_cast<int64_t>(QkvRowAt(a.qkv, head, dim)) * a.k + thread_offset;
+  };
+  // Moves `at` from chunk c to chunk c + 1: `along` elements further in its row, or to the next
+  // logical row's first chunk (`to_next_row` further when the rows are not permuted).
+  auto advance = [&](auto*& at, auto* base, int thread_offset, int along, int to_next_row) {
+    if (++in_row < cpr) {
+      at += along;
+      return;
     }
-    return w8 + static_cast<int64_t>(p) * a.k + t * 16;
+    in_row = 0;
+    if constexpr (kQkv) {
+      if (++dim == a.qkv.head_dim) {
+        dim = 0;
+        head += a.qkv.head_dim;
+      }
+      at = row_start(base, thread_offset);
+    } else {
+      at += to_next_row;
+    }
   };
   if constexpr (kQkv) {
     dim = row0 % a.qkv.head_dim;
     head = row0 - dim;
     if constexpr (kFp8) {
-      src8 = physical8();
+      src8 = row_start(w8, t * 16);
     } else {
-      src = physical();
+      src = row_start(a.w, t * 8);
     }
   } else if constexpr (kFp8) {
     src8 = w8 + static_cast<int64_t>(row0) * a.k + t * 16;
@@ -390,36 +386,10 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
       // row.
       const bool idle = half_tail && in_row == cpr - 1 && t >= kThreads / 2;
       CpAsync16(slot0 + (c & (kStages - 1)) * kChunk, idle ? src8 - kChunk : src8, in && !idle);
-      if (c + 1 < chunks) {
-        if (++in_row < cpr) {
-          src8 += kChunkW;
-        } else {
-          in_row = 0;
-          if constexpr (kQkv) {
-            if (++dim == a.qkv.head_dim) {
-              dim = 0;
-              head += a.qkv.head_dim;
-            }
-            src8 = physical8();
-          } else {
-            src8 += next_row_step;
-          }
-        }
-      }
+      if (c + 1 < chunks) advance(src8, w8, t * 16, kChunkW, next_row_step);
     } else if constexpr (kQkv) {
       CpAsync16(slot0 + (c % kStages) * kChunk, src, in);
-      if (c + 1 < chunks) {
-        if (++in_row < cpr) {
-          src += kChunk;
-        } else {
-          in_row = 0;
-          if (++dim == a.qkv.head_dim) {
-            dim = 0;
-            head += a.qkv.head_dim;
-          }
-          src = physical();
-        }
-      }
+      if (c + 1 < chunks) advance(src, a.w, t * 8, kChunk, kChunk);
     } else {
       CpAsync16(slot0 + (c % kStages) * kChunk, wb + static_cast<int64_t>(in ? c : 0) * kChunk, in);
     }
@@ -464,9 +434,9 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
         // One chunk a row (k = 4,096) and one input row: the thread's 16 inputs are the same in
         // every row, so they stay in registers as f32 (the same values and order of additions
         // as reading them from xs for each row), and chunk c is row c.
-        float xk[16];
-        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xs + t * 16), xk);
-        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xs + t * 16 + 8), xk + 8);
+        float xk[2][8];
+        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xs + t * 16), xk[0]);
+        Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xs + t * 16 + 8), xk[1]);
         for (int r = 0; r < rows; ++r) {
           CpAsyncWait<kStages - 1>();  // chunk r has landed
           const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (r & (kStages - 1)) * kChunk);
@@ -482,7 +452,7 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
           float acc = 0.0f;
           dot16(wv, acc, [&](int h, float(&xf)[8]) {
 #pragma unroll
-            for (int j = 0; j < 8; ++j) xf[j] = xk[8 * h + j];
+            for (int j = 0; j < 8; ++j) xf[j] = xk[h][j];
           });
           const float sum = WarpSum(acc);
           if (lane == 0) partial[r * kWarps + warp] = sum;
@@ -504,9 +474,7 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
 #pragma unroll
           for (int m = 0; m < M; ++m) {
             const bf16* xt = xs + m * a.k + cc * kChunkW + t * 16;
-            dot16(wv, acc[m], [&](int h, float(&xf)[8]) {
-              Bf16x8ToFloat(*reinterpret_cast<const uint4*>(xt + 8 * h), xf);
-            });
+            dot16(wv, acc[m], [&](int h, float(&xf)[8]) { LoadVec(xt + 8 * h, xf); });
           }
         }
 #pragma unroll

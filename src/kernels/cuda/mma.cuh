@@ -12,6 +12,11 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool fil
   const int bytes = fill ? 16 : 0;  // 0: write zeros, read nothing
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
 }
+// A 4-byte asynchronous copy (cp.async.cg copies only 16 bytes; this one goes through L1).
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
@@ -37,12 +42,20 @@ __device__ __forceinline__ void MmaF16(float (&d)[4], const uint32_t (&a)[4], ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two e4m3 values (the low and high byte) as an f16 pair, exactly.
+// Two e4m3 values (the low and high byte of the low 16 bits of `pair`; kHigh: of its high 16
+// bits, read in place) as an f16 pair, exactly.
+template <bool kHigh = false>
 __device__ __forceinline__ uint32_t E4M3x2ToHalf2(uint32_t pair) {
   uint32_t h;
-  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
-      : "=r"(h)
-      : "r"(pair));
+  if constexpr (kHigh) {
+    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}\n"
+        : "=r"(h)
+        : "r"(pair));
+  } else {
+    asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
+        : "=r"(h)
+        : "r"(pair));
+  }
   return h;
 }
 
