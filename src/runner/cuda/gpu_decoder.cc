@@ -19,6 +19,27 @@ using cuda::DeviceTensor;
 
 int64_t ElemBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 
+// The staged q/k/v GEMV's epilogue doing what QkvRopeKvWrite with `qp` does (less q/k norms).
+kc::GemvQkvEpilogue EpilogueOf(const kc::QkvParams& qp) {
+  kc::GemvQkvEpilogue e;
+  e.num_heads = qp.num_heads;
+  e.num_kv_heads = qp.num_kv_heads;
+  e.head_dim = qp.head_dim;
+  e.bias = qp.bias;
+  e.positions = qp.positions;
+  e.inv_freq = qp.inv_freq;
+  e.rotary_dim = qp.rotary_dim;
+  e.interleaved = qp.interleaved;
+  e.attention_scaling = qp.attention_scaling;
+  e.k_cache = qp.k_cache;
+  e.v_cache = qp.v_cache;
+  e.kv_fp8 = qp.kv_fp8;
+  e.k_scale = qp.k_scale;
+  e.v_scale = qp.v_scale;
+  e.slot_mapping = qp.slot_mapping;
+  return e;
+}
+
 using cuda::Bytes;
 
 StatusOr<std::optional<DeviceTensor>> OptionalF32(const std::optional<TensorView>& v) {
@@ -395,32 +416,22 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
   act.dim = inter;
   act.in_stride = 2 * inter;
 
-  // The q/k/v GEMV's epilogue does QkvRopeKvWrite's work in fused decode steps, except with
-  // per-head q/k norms (Qwen3), which it does not do.
-  kc::GemvQkvEpilogue qe;
-  qe.num_heads = c.num_heads;
-  qe.num_kv_heads = c.num_kv_heads;
-  qe.head_dim = c.head_dim;
-  qe.positions = step.positions;
-  qe.inv_freq = inv_freq_.as<float>();
-  qe.rotary_dim = c.rotary_dim;
-  qe.interleaved = c.rope_interleaved;
-  qe.attention_scaling = qp.attention_scaling;
-  qe.kv_fp8 = kv.fp8;
-  qe.k_scale = kv.k_scale;
-  qe.v_scale = kv.v_scale;
-  qe.slot_mapping = step.slots;
   const bool fused = FusedDecode(n);
   const bool rope_shapes_fit =
       c.head_dim % 2 == 0 && c.rotary_dim % 2 == 0 && c.rotary_dim <= c.head_dim;
   float* residual = hidden_;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
+    qp.bias = l.qkv_bias ? l.qkv_bias->as<float>() : nullptr;
+    qp.q_norm = l.q_norm ? l.q_norm->as<float>() : nullptr;
+    qp.k_norm = l.k_norm ? l.k_norm->as<float>() : nullptr;
+    qp.k_cache = kv.k[i];
+    qp.v_cache = kv.v[i];
+    // The q/k/v GEMV's epilogue does QkvRopeKvWrite's work in fused decode steps, except with
+    // per-head q/k norms (Qwen3), which it does not do.
     const bool qkv_epilogue = fused && rope_shapes_fit && !l.q_norm && !l.k_norm;
     if (fused) {
-      qe.bias = l.qkv_bias ? l.qkv_bias->as<float>() : nullptr;
-      qe.k_cache = kv.k[i];
-      qe.v_cache = kv.v[i];
+      const kc::GemvQkvEpilogue qe = EpilogueOf(qp);
       DINFER_RETURN_IF_ERROR(NormGemv(residual, i == 0 ? nullptr : branch_, nullptr, l.input_norm,
                                       l.qkv, qkv_buf_, n, dtype_, nullptr, stream,
                                       qkv_epilogue ? &qe : nullptr, l.qkv_scale));
@@ -431,11 +442,6 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
       DINFER_RETURN_IF_ERROR(check(kc::RmsNorm(norm, stream), "input norm"));
       DINFER_RETURN_IF_ERROR(Gemm(normed_, l.qkv, qkv_buf_, n, dtype_, stream, l.qkv_scale));
     }
-    qp.bias = l.qkv_bias ? l.qkv_bias->as<float>() : nullptr;
-    qp.q_norm = l.q_norm ? l.q_norm->as<float>() : nullptr;
-    qp.k_norm = l.k_norm ? l.k_norm->as<float>() : nullptr;
-    qp.k_cache = kv.k[i];
-    qp.v_cache = kv.v[i];
     if (!qkv_epilogue) {
       DINFER_RETURN_IF_ERROR(check(kc::QkvRopeKvWrite(qp, stream), "qkv rope kv-write"));
     }
