@@ -326,14 +326,18 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
   // the workspace of the merge kernel, or with kCluster this CTA's shared memory.
   float* cs_o = reinterpret_cast<float*>(tiles) + C::kClusterOffset;  // [kHeads * kRows, D]
   float* cs_stat = cs_o + kHeads * kRows * D;                         // [kHeads * kRows, 2]
+  // The query head of row r of the CTA's KV head hh.
+  auto head_of = [&](int hh, int r) -> int64_t {
+    return (hg * kHeads + hh) * group + chunk_id * kRows + r;
+  };
   auto part_row = [&](int hh, int r) -> float* {
     if constexpr (kCluster) return cs_o + (hh * kRows + r) * D;
-    const int64_t head = (hg * kHeads + hh) * group + chunk_id * kRows + r;
+    const int64_t head = head_of(hh, r);
     return p.split_out + ((row * p.num_heads + head) * splits + split) * D;
   };
   auto part_stat = [&](int hh, int r) -> float* {
     if constexpr (kCluster) return cs_stat + (hh * kRows + r) * 2;
-    const int64_t head = (hg * kHeads + hh) * group + chunk_id * kRows + r;
+    const int64_t head = head_of(hh, r);
     return p.split_stats + ((row * p.num_heads + head) * splits + split) * 2;
   };
   if constexpr (C::kWarpsPerHead > 1) {
@@ -377,7 +381,7 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
       }
       const float val = sum > 0.0f ? acc / sum * vs : 0.0f;
       if (!kCluster && splits == 1) {
-        const int64_t head = (hg * kHeads + hh) * group + chunk_id * kRows + r;
+        const int64_t head = head_of(hh, r);
         static_cast<bf16*>(p.out)[t * p.out_stride + head * D + d] = __float2bfloat16_rn(val);
       } else {
         part_row(hh, r)[d] = val;
@@ -470,7 +474,7 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
         }
       }
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      const int64_t head = (hg * kHeads + hh) * group + chunk_id * kRows + r;
+      const int64_t head = head_of(hh, r);
       __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) +
                                                               t * p.out_stride + head * D + d0);
       dst[0] = __floats2bfloat162_rn(acc[0] * inv, acc[1] * inv);
