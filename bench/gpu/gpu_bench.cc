@@ -70,7 +70,8 @@ Status Main(int argc, char** argv) {
   if (argc < 3) {
     return InvalidArgument(
         "usage: dinfer_gpu_bench kernels OUT.json [SECTION] | model CONFIG OUT.json "
-        "[--no-throughput | --decode-only] [--fp8 | --kv-fp8] | v4 CONFIG OUT.json [--layers N] | "
+        "[--no-throughput | --decode-only] [--fp8 | --kv-fp8] [--trace CSV] | v4 CONFIG OUT.json "
+        "[--layers N] | "
         "v4-check DIR OUT.json");
   }
   if (cuda::DeviceCount() == 0) return MakeError(StatusCode::kFailedPrecondition, "no CUDA device");
@@ -99,6 +100,7 @@ Status Main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--decode-only") == 0) o.decode_only = true;
       if (std::strcmp(argv[i], "--fp8") == 0) o.fp8 = true;
       if (std::strcmp(argv[i], "--kv-fp8") == 0) o.kv_fp8 = true;
+      if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) o.trace_path = argv[++i];
     }
     DINFER_ASSIGN_OR_RETURN(out["model"], ModelBench(o, limits));
   } else if (mode == "v4-check" && argc >= 4) {

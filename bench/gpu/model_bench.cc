@@ -9,6 +9,7 @@
 
 #include "base/mapped_file.h"
 #include "bench/gpu/bench_common.h"
+#include "bench/gpu/trace_report.h"
 #include "model/config.h"
 #include "runner/cuda/gpu_decoder.h"
 #include "runner/cuda/gpu_runner.h"
@@ -163,6 +164,12 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
     out["decode_b1_roofline_fraction"] = floor_ms / step_ms;
     std::printf("decode b1: %.3f ms/step (%.1f tok/s), roofline %.3f ms: fraction %.3f\n", step_ms,
                 1000.0 / step_ms, floor_ms, floor_ms / step_ms);
+    if (!o.trace_path.empty()) {
+      DINFER_ASSIGN_OR_RETURN(
+          out["trace_b1"],
+          TraceSteps(
+              stream, [&] { return DecodeStep(r, s, pos++, true); }, o.trace_path));
+    }
   }
 
   if (o.decode_only) return out;

@@ -40,6 +40,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_internal.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/trace.cuh"
 
 namespace dinfer::kernels::cuda {
 namespace {
@@ -103,6 +104,8 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
   constexpr int kLdBytes = C::kLdBytes;
   extern __shared__ uint4 smem_raw[];
   uint8_t* tiles = reinterpret_cast<uint8_t*>(smem_raw);  // kStages K tiles, then kStages V
+  CtaTrace trace(kTraceDecodeAttention | (kFp8 ? kTraceFp8 : 0u) |
+                 (kCluster ? kTraceAttentionCluster : 0u));
   AllowDependents();  // the output projection's GEMV streams its weights in meanwhile
 
   const int group = static_cast<int>(p.num_heads / p.num_kv_heads);
@@ -172,6 +175,7 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
     CpAsyncCommit();
   }
   WaitForPrerequisites();  // this step's keys and the queries come from the kernels before
+  trace.Waited();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_tiles) load_tile(s, s, kLate);
@@ -317,6 +321,7 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
     }
   }
   CpAsyncWait<0>();
+  trace.Mark();
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);

@@ -40,6 +40,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/trace.cuh"
 
 namespace dinfer::kernels::cuda {
 namespace {
@@ -314,6 +315,11 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
   float* partial = reinterpret_cast<float*>(xs + M * a.k);  // [rows_per_block, kWarps, M]
   // kFp8: the scales of the CTA's (logical) rows, [rows_per_block].
   float* row_scale = partial + a.rows_per_block * kWarps * M;
+  CtaTrace trace(kTraceGemv | (M == 2 ? kTraceGemvRows2 : 0u) |
+                 (kIn == GemvInput::kRmsNorm ? kTraceGemvNorm : 0u) |
+                 (kIn == GemvInput::kSiluMul ? kTraceGemvSiluMul : 0u) |
+                 (kQkv ? kTraceGemvQkv : 0u) | (kFp8 ? kTraceFp8 : 0u) |
+                 (std::is_same_v<TOut, float> ? kTraceGemvF32Out : 0u));
   AllowDependents();
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const int row0 = blockIdx.x * a.rows_per_block;
@@ -397,13 +403,15 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
   };
 #pragma unroll
   for (int c = 0; c < kStages; ++c) issue(c);
-  WaitForPrerequisites();      // the input comes from the kernel before
+  WaitForPrerequisites();  // the input comes from the kernel before
+  trace.Waited();
   QkvPairInputs first_pair{};  // kQkv: the epilogue's inputs of this thread's first pair
   if constexpr (kQkv) {
     if (t < rows / 2 * M) first_pair = LoadQkvPair(a, t % M, row0 + t / M * 2);
   }
   StageInput<M, kIn>(a, xs, row0);
   __syncthreads();
+  trace.Mark();
   // Control flow costs no memory parallelism here: the bytes in flight are in the ring.
   if constexpr (kFp8) {
     // 16 weights of a chunk (`words`) times the thread's 16 inputs x(j) of one input row, added
