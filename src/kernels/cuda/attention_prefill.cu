@@ -119,27 +119,34 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(AttentionParams p) 
     const bf16* src = fill ? q + (tok0 + t) * p.q_stride + hh * D + cc * 8 : q;
     CpAsync16(sq + r * kLd + cc * 8, src, fill);
   }
+  // Each thread copies kCopies 16-byte chunks of K and of V a tile: chunk column cc of rows
+  // rr + i * kRowStep. The rows' cache slots are looked up first, all together, so that the
+  // block-table reads' latencies overlap.
+  constexpr int kRowChunks = D * (kFp8 ? 1 : 2) / 16;  // 16-byte chunks a cache row
+  constexpr int kRowStep = kThreads / kRowChunks;
+  constexpr int kCopies = kBN / kRowStep;
+  static_assert(kThreads % kRowChunks == 0 && kBN % kRowStep == 0, "copies tile the K/V tile");
+  const int rr = threadIdx.x / kRowChunks, cc = threadIdx.x % kRowChunks;
   auto load_kv = [&](int kt, int buf) {
-    if constexpr (kFp8) {
-      const uint8_t* k8 = static_cast<const uint8_t*>(p.k_cache);
-      const uint8_t* v8 = static_cast<const uint8_t*>(p.v_cache);
-      for (int c = threadIdx.x; c < kBN * (D / 16); c += kThreads) {
-        const int r = c / (D / 16), cc = c % (D / 16);
-        const int j = kt * kBN + r;
-        const bool fill = j < k_hi;
-        const int64_t off = fill ? paged.Slot(j) * kv_dim + kvh * D + cc * 16 : 0;
-        CpAsync16(rk + (buf * kBN + r) * D + cc * 16, k8 + off, fill);
-        CpAsync16(rv + (buf * kBN + r) * D + cc * 16, v8 + off, fill);
-      }
-    } else {
-      for (int c = threadIdx.x; c < kBN * kChunks; c += kThreads) {
-        const int r = c / kChunks, cc = c % kChunks;
-        const int j = kt * kBN + r;
-        const bool fill = j < k_hi;
-        int64_t off = 0;
-        if (fill) off = paged.Slot(j) * kv_dim + kvh * D + cc * 8;
-        CpAsync16(sk + (buf * kBN + r) * kLd + cc * 8, k_cache + off, fill);
-        CpAsync16(sv + (buf * kBN + r) * kLd + cc * 8, v_cache + off, fill);
+    int64_t off[kCopies];
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const int j = kt * kBN + rr + i * kRowStep;
+      off[i] = j < k_hi ? paged.Slot(j) * kv_dim + kvh * D + cc * (kFp8 ? 16 : 8) : -1;
+    }
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const int r = rr + i * kRowStep;
+      const bool fill = off[i] >= 0;
+      const int64_t o = fill ? off[i] : 0;
+      if constexpr (kFp8) {
+        const uint8_t* k8 = static_cast<const uint8_t*>(p.k_cache);
+        const uint8_t* v8 = static_cast<const uint8_t*>(p.v_cache);
+        CpAsync16(rk + (buf * kBN + r) * D + cc * 16, k8 + o, fill);
+        CpAsync16(rv + (buf * kBN + r) * D + cc * 16, v8 + o, fill);
+      } else {
+        CpAsync16(sk + (buf * kBN + r) * kLd + cc * 8, k_cache + o, fill);
+        CpAsync16(sv + (buf * kBN + r) * kLd + cc * 8, v_cache + o, fill);
       }
     }
   };
