@@ -358,8 +358,15 @@ __global__ void __launch_bounds__(kThreads, 2) PrefillKernel(AttentionParams p) 
 template <int D, bool kFp8>
 cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
   constexpr int kSmem = SmemBytes<D, kFp8>();
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      PrefillKernel<D, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  // Two CTAs an SM: all of the register file, and most of the unified L1 as shared memory.
+  static const cudaError_t attr = [] {
+    const cudaError_t e = cudaFuncSetAttribute(PrefillKernel<D, kFp8>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(PrefillKernel<D, kFp8>,
+                                cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+  }();
   if (attr != cudaSuccess) return attr;
   // x: the kv head and the part of its group's rows (num_heads CTAs in all); y: the tile, so
   // the host's longest-first tile order is the launch order.
