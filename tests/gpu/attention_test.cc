@@ -187,20 +187,27 @@ INSTANTIATE_TEST_SUITE_P(
         // More splits than a cluster merges: the merge kernel.
         AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 12}, AttnCase{DType::kBF16, 64, 16, 4, 50, 0, 9}));
 
-INSTANTIATE_TEST_SUITE_P(Prefill, AttentionTest,
-                         ::testing::Values(AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0, true},
-                                           AttnCase{DType::kBF16, 128, 8, 8, 40, 0, 1, true},
-                                           AttnCase{DType::kBF16, 64, 12, 4, 0, 0, 2, true},
-                                           AttnCase{DType::kBF16, 64, 8, 2, 0, 20.0f, 1, true},
-                                           AttnCase{DType::kBF16, 128, 16, 2, 100, 0, 1, true},
-                                           AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 1, true, false,
-                                                    1.0f, 32},
-                                           // Few rows, one KV head a CTA, merged in a cluster.
-                                           AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 8, true},
-                                           AttnCase{DType::kBF16, 64, 12, 3, 30, 0, 5, true}));
+INSTANTIATE_TEST_SUITE_P(
+    Prefill, AttentionTest,
+    ::testing::Values(AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0, true},
+                      AttnCase{DType::kBF16, 128, 8, 8, 40, 0, 1, true},
+                      AttnCase{DType::kBF16, 64, 12, 4, 0, 0, 2, true},
+                      AttnCase{DType::kBF16, 64, 8, 2, 0, 20.0f, 1, true},
+                      AttnCase{DType::kBF16, 128, 16, 2, 100, 0, 1, true},
+                      AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 1, true, false, 1.0f, 32},
+                      // Few rows, one KV head a CTA, merged in a cluster.
+                      AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 8, true},
+                      AttnCase{DType::kBF16, 64, 12, 3, 30, 0, 5, true},
+                      // The prefill kernel packs the query heads of a KV head into its CTAs'
+                      // rows: other group sizes, odd ones whose CTAs split a token's heads.
+                      AttnCase{DType::kBF16, 128, 4, 2, 0, 0, 1, true},
+                      AttnCase{DType::kBF16, 64, 16, 1, 0, 0, 1, true},
+                      AttnCase{DType::kBF16, 128, 10, 2, 50, 0, 1, true},
+                      AttnCase{DType::kBF16, 128, 4, 4, 0, 10.0f, 1, true},
+                      AttnCase{DType::kBF16, 128, 8, 2, 0, 0, 1, true, false, 1.0f, 24}));
 
-// The FP8 cache is widened exactly (to f16 in the decode kernel, whose Q and softmax weights are
-// then f16 too), so the bf16 bounds hold against the dequantized reference.
+// The FP8 cache is widened exactly (to f16, whose Q and softmax weights are then f16 too), so the
+// bf16 bounds hold against the dequantized reference.
 INSTANTIATE_TEST_SUITE_P(
     Fp8, AttentionTest,
     ::testing::Values(AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 0, false, true, 1.0f},
@@ -217,6 +224,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{DType::kBF16, 128, 12, 3, 60, 0, 2, false, true, 0.75f, 16},
                       AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 1, true, true, 1.0f, 32},
                       AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 8, true, true, 0.5f},
+                      AttnCase{DType::kBF16, 64, 10, 2, 0, 0, 1, true, true, 0.5f, 32},
+                      AttnCase{DType::kBF16, 128, 24, 3, 70, 0, 1, true, true, 2.0f, 24},
                       AttnCase{DType::kBF16, 128, 32, 8, 0, 0, 10, false, true, 1.0f}));
 
 }  // namespace

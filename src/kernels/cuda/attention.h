@@ -9,12 +9,13 @@
 //    row's chunk of its sequence (seq_token_end, when given) before it waits for the kernel
 //    before it: those must not be written by the kernels it follows in the stream. Any head_dim up
 //    to 256, f32 or bf16; used for decode tokens and for every token of f32 models.
-//  - AttentionPrefill: tiles of 64 query tokens of one sequence against tiles of 64 keys on the
-//    tensor cores (mma.sync bf16, f32 accumulation, online softmax); bf16, head_dim 64 or 128.
+//  - AttentionPrefill: tiles of kPrefillTileTokens query tokens of one sequence against tiles of
+//    64 keys on the tensor cores (mma.sync bf16, f32 accumulation, online softmax), the query
+//    heads of a KV head together (num_heads CTAs a tile); bf16, head_dim 64 or 128, scale > 0.
 // With kv_fp8 the cache holds e4m3fn bytes (QkvParams::kv_fp8), staged in shared memory as they
-// come; the prefill kernel widens each tile to bf16 there, the decode kernel widens in registers
-// into f16 mma fragments (both exact); k_scale is folded into the softmax scale and v_scale into
-// the output. bf16 queries, head_dim 64 or 128 only.
+// come; the prefill kernel widens each tile to f16 there, the decode kernel in registers into f16
+// mma fragments (both exact, their Q and softmax weights then f16 too); k_scale is folded into
+// the softmax scale and v_scale into the output. bf16 queries, head_dim 64 or 128 only.
 // The per-step metadata (which tokens, tiles, splits) is built once per step on the host (the
 // plan) and read by every layer (the run); sizes are fixed per graph bucket, so replay is safe.
 #pragma once
@@ -52,15 +53,15 @@ struct AttentionParams {
   float* split_out = nullptr;
   float* split_stats = nullptr;
 
-  // AttentionPrefill: tile t covers tokens [tile_token[t], min(+64, seq_token_end[tile_seq[t]]))
-  // of sequence tile_seq[t], whose positions are consecutive.
+  // AttentionPrefill: tile t covers tokens [tile_token[t], min(+kPrefillTileTokens,
+  // seq_token_end[tile_seq[t]])) of sequence tile_seq[t], whose positions are consecutive.
   const int32_t* tile_seq = nullptr;
   const int32_t* tile_token = nullptr;
   const int32_t* seq_token_end = nullptr;  // [seqs]
   int64_t num_tiles = 0;
 };
 
-inline constexpr int kPrefillTileTokens = 64;
+inline constexpr int kPrefillTileTokens = 128;
 
 int AttentionRows(const AttentionParams& p, void* stream);
 // How AttentionRows spreads over the device: CTAs per (row, split), how many fit an SM, and up to
