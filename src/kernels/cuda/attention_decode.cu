@@ -131,19 +131,6 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
   const int span = (hi - lo + splits - 1) / splits;
   const int s_lo = lo + split * span, s_hi = min(hi, s_lo + span);
   const int num_tiles = s_hi > s_lo ? (s_hi - s_lo + C::kTileKeys - 1) / C::kTileKeys : 0;
-  // The CTA takes its tiles starting from a pseudo-random one (by row and split) and wraps
-  // around, so that CTAs of sequences whose blocks follow one another in the cache do not walk
-  // through it in lockstep, stride for stride (the softmax does not depend on the order).
-  const int first_tile = num_tiles > 1
-                             ? static_cast<int>(((static_cast<uint32_t>(row) * 2654435761u) ^
-                                                 (static_cast<uint32_t>(split) * 40503u)) >>
-                                                8) %
-                                   num_tiles
-                             : 0;
-  auto tile_at = [&](int i) {
-    const int x = i + first_tile;
-    return x >= num_tiles ? x - num_tiles : x;
-  };
   const int64_t row_bytes = p.num_kv_heads * p.head_dim * C::kElem;
   const uint8_t* k_cache = static_cast<const uint8_t*>(p.k_cache) + hg * C::kRowBytes;
   const uint8_t* v_cache = static_cast<const uint8_t*>(p.v_cache) + hg * C::kRowBytes;
@@ -163,7 +150,7 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
     for (int it = 0; it < C::kTileKeys * kRowChunks / C::kThreads; ++it) {
       const int c = it * C::kThreads + static_cast<int>(threadIdx.x);
       const int r = c / kRowChunks, cc = c % kRowChunks;
-      const int j = s_lo + tile_at(i) * C::kTileKeys + r;
+      const int j = s_lo + i * C::kTileKeys + r;
       const bool fill = j < s_hi;
       const bool late = fill && j >= written;
       if ((part == kEarly && late) || (part == kLate && !late)) continue;
@@ -270,7 +257,7 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] += s2[nt][e];
     }
-    const int key0 = s_lo + tile_at(i) * C::kTileKeys + wk * kKeys;
+    const int key0 = s_lo + i * C::kTileKeys + wk * kKeys;
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
