@@ -71,11 +71,11 @@ StatusOr<json::object> TraceSteps(const cuda::Stream& stream, const std::functio
   const uint64_t origin = recs.front().start_ns;
 
   if (FILE* f = std::fopen(csv_path.c_str(), "w")) {
-    std::fprintf(f, "kernel,block,grid,sm,start_us,waited_us,mark_us,end_us\n");
+    std::fprintf(f, "kernel,block,grid,sm,start_us,waited_us,mark_us,mark2_us,end_us\n");
     for (const auto& r : recs) {
-      std::fprintf(f, "%s,%u,%u,%u,%.3f,%.3f,%.3f,%.3f\n", kc::TraceKernelName(r.kernel), r.block,
-                   r.grid, r.sm, Us(r.start_ns, origin), Us(r.waited_ns, origin),
-                   Us(r.mark_ns, origin), Us(r.end_ns, origin));
+      std::fprintf(f, "%s,%u,%u,%u,%.3f,%.3f,%.3f,%.3f,%.3f\n", kc::TraceKernelName(r.kernel),
+                   r.block, r.grid, r.sm, Us(r.start_ns, origin), Us(r.waited_ns, origin),
+                   Us(r.mark_ns, origin), Us(r.mark2_ns, origin), Us(r.end_ns, origin));
     }
     std::fclose(f);
   } else {
@@ -95,7 +95,7 @@ StatusOr<json::object> TraceSteps(const cuda::Stream& stream, const std::functio
   // `gap` the time from the launch before's last end to this one's first wait return.
   struct Agg {
     int launches = 0;
-    double held = 0, active = 0, to_mark = 0, gap = 0, tail = 0, wait_spread = 0;
+    double held = 0, active = 0, to_mark = 0, to_mark2 = 0, gap = 0, tail = 0, wait_spread = 0;
   };
   std::map<std::string, Agg> by_kernel;
   json::array rows;
@@ -106,12 +106,14 @@ StatusOr<json::object> TraceSteps(const cuda::Stream& stream, const std::functio
     auto waited = [](const kc::TraceRecord& r) { return r.waited_ns; };
     auto end = [](const kc::TraceRecord& r) { return r.end_ns; };
     auto mark = [](const kc::TraceRecord& r) { return r.mark_ns; };
+    auto mark2 = [](const kc::TraceRecord& r) { return r.mark2_ns; };
     const double o = static_cast<double>(origin);
     const double first_start = (Quantile(l.ctas, 0, start) - o) / 1e3;
     const double wait_min = (Quantile(l.ctas, 0, waited) - o) / 1e3;
     const double wait_med = (Quantile(l.ctas, 0.5, waited) - o) / 1e3;
     const double wait_max = (Quantile(l.ctas, 1, waited) - o) / 1e3;
     const double mark_med = (Quantile(l.ctas, 0.5, mark) - o) / 1e3;
+    const double mark2_med = (Quantile(l.ctas, 0.5, mark2) - o) / 1e3;
     const double end_med = (Quantile(l.ctas, 0.5, end) - o) / 1e3;
     const double end_max = (Quantile(l.ctas, 1, end) - o) / 1e3;
     const double held = std::max(0.0, end_max - prev_end);
@@ -123,6 +125,7 @@ StatusOr<json::object> TraceSteps(const cuda::Stream& stream, const std::functio
                                 {"wait_median_us", wait_med},
                                 {"wait_max_us", wait_max},
                                 {"mark_median_us", mark_med},
+                                {"mark2_median_us", mark2_med},
                                 {"end_median_us", end_med},
                                 {"end_max_us", end_max}});
     Agg& a = by_kernel[kc::TraceKernelName(l.kernel)];
@@ -130,6 +133,7 @@ StatusOr<json::object> TraceSteps(const cuda::Stream& stream, const std::functio
     a.held += held;
     a.active += end_med - wait_med;
     a.to_mark += mark_med - wait_med;
+    a.to_mark2 += mark2_med - wait_med;
     a.gap += gap;
     a.tail += end_max - end_med;
     a.wait_spread += wait_max - wait_min;
@@ -142,14 +146,15 @@ StatusOr<json::object> TraceSteps(const cuda::Stream& stream, const std::functio
                                  {"held_us_mean", a.held / a.launches},
                                  {"active_us_mean", a.active / a.launches},
                                  {"wait_to_mark_us_mean", a.to_mark / a.launches},
+                                 {"wait_to_mark2_us_mean", a.to_mark2 / a.launches},
                                  {"gap_us_mean", a.gap / a.launches},
                                  {"tail_us_mean", a.tail / a.launches},
                                  {"wait_spread_us_mean", a.wait_spread / a.launches}};
     std::printf(
-        "trace %-22s %3d launches: held %7.1f us (%5.2f each), active %5.2f (to mark "
-        "%5.2f), gap %5.2f, tail %5.2f, wait spread %5.2f\n",
+        "trace %-22s %3d launches: held %7.1f us (%5.2f each), active %5.2f (marks at "
+        "%5.2f, %5.2f), gap %5.2f, tail %5.2f, wait spread %5.2f\n",
         name.c_str(), a.launches, a.held, a.held / a.launches, a.active / a.launches,
-        a.to_mark / a.launches, a.gap / a.launches, a.tail / a.launches,
+        a.to_mark / a.launches, a.to_mark2 / a.launches, a.gap / a.launches, a.tail / a.launches,
         a.wait_spread / a.launches);
   }
   std::printf("trace: %zu launches, %u CTAs, first start to last end %.1f us (%s)\n",

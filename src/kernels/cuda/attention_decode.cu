@@ -440,6 +440,7 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
       }
     }
   }
+  trace.Mark2();
   if constexpr (kCluster) {
     // Every split's rows are in its shared memory: CTA `rank` merges every S-th group of four
     // dims of the CTA's heads, with the weights of the merge kernel (same order).

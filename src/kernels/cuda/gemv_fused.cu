@@ -526,6 +526,7 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
   }
   CpAsyncWait<0>();
   __syncthreads();
+  trace.Mark2();
   if constexpr (kQkv) {
     // One thread a pair of logical rows (rows is even) and a token.
     for (int o = t; o < rows / 2 * M; o += kThreads) {

@@ -1,8 +1,8 @@
 // Kernel timeline records (a diagnostic build): with the CMake option DINFER_KERNEL_TRACE, the
 // decode GEMVs and the decode attention record, for each CTA, when it started, when its wait for
-// the kernel before it (programmatic dependent launch) returned, when it reached a point of its
-// own (the GEMV: its input staged; the attention: its keys done, before the merge of splits) and
-// when it ended, on the GPU's
+// the kernel before it (programmatic dependent launch) returned, when it reached two points of
+// its own (the GEMV: its input staged, its weights read; the attention: its keys done, its
+// partial rows merged across warps, before the merge of splits) and when it ended, on the GPU's
 // global timer (common to all multiprocessors), into a buffer that TraceAttach names. This
 // shows where a replayed CUDA graph's time goes between and inside its kernels, which a profiler
 // that serialises kernels cannot. Other builds carry no trace code: TraceBuilt() is false and
@@ -16,7 +16,8 @@ namespace dinfer::kernels::cuda {
 struct TraceRecord {
   uint64_t start_ns;   // global timer at the CTA's first instruction
   uint64_t waited_ns;  // after its wait for the kernel before (start_ns where it has none)
-  uint64_t mark_ns;    // a point the kernel names (its input staged, ...; waited_ns if none)
+  uint64_t mark_ns;    // a point the kernel names (see below; waited_ns if none)
+  uint64_t mark2_ns;   // a second one (mark_ns if none)
   uint64_t end_ns;     // when its thread 0 finished
   uint32_t kernel;     // TraceKernel bits
   uint32_t block;      // linear CTA index
