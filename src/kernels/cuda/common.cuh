@@ -80,20 +80,6 @@ __device__ __forceinline__ uint8_t ToE4M3(float v) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
 
-// 16 e4m3 values (one 16-byte word) as 16 bf16 (two words), exactly: every e4m3 value is a bf16
-// value. The hardware converts pairs to f16 (cvt.f16x2.e4m3x2), then to bf16 through f32.
-__device__ __forceinline__ void E4M3x16ToBf16(const uint4 in, uint4 (&out)[2]) {
-  const uint32_t w[4] = {in.x, in.y, in.z, in.w};
-  uint32_t* o = reinterpret_cast<uint32_t*>(out);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const auto pair = static_cast<__nv_fp8x2_storage_t>((w[i / 2] >> (16 * (i % 2))) & 0xffffu);
-    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-    o[i] = *reinterpret_cast<const uint32_t*>(&b);
-  }
-}
-
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -125,27 +125,6 @@ __device__ __forceinline__ uint32_t Bf16x2ToHalf2(uint32_t v) {
   return PackHalf(f.x, f.y);
 }
 
-// Widens a tile of kKeys rows of e4m3 K and V (D bytes a row, in shared memory) to bf16 tiles
-// with rows of kLd = D + 8 elements, all threads of the CTA taking 16 values at a time. The
-// caller synchronizes before and after.
-template <int D, int kKeys = 64, int kThreads = 128>
-__device__ __forceinline__ void WidenFp8Tile(const uint8_t* rk, const uint8_t* rv, bf16* sk,
-                                             bf16* sv) {
-  constexpr int kLd = D + 8;
-  for (int c = threadIdx.x; c < kKeys * (D / 16); c += kThreads) {
-    const int r = c / (D / 16), cc = c % (D / 16);
-    uint4 w[2];
-    E4M3x16ToBf16(*reinterpret_cast<const uint4*>(rk + r * D + cc * 16), w);
-    uint4* dk = reinterpret_cast<uint4*>(sk + r * kLd + cc * 16);
-    dk[0] = w[0];
-    dk[1] = w[1];
-    E4M3x16ToBf16(*reinterpret_cast<const uint4*>(rv + r * D + cc * 16), w);
-    uint4* dv = reinterpret_cast<uint4*>(sv + r * kLd + cc * 16);
-    dv[0] = w[0];
-    dv[1] = w[1];
-  }
-}
-
 // Row of key position j in a paged cache: block table lookup, with shifts when the block size is
 // a power of two (the usual 16), which saves an integer division per key.
 struct PagedRows {
