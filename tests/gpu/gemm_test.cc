@@ -14,6 +14,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace dinfer {
 namespace {
@@ -398,6 +399,97 @@ TEST(GemvFusedLaunchTest, EveryChoiceGivesTheSameBits) {
       ASSERT_EQ(got.size(), base.size());
       EXPECT_EQ(std::memcmp(got.data(), base.data(), got.size() * sizeof(float)), 0)
           << per_sm << " CTAs per multiprocessor";
+    }
+  }
+}
+
+// The SiLU·mul epilogue gives the same bits as the plain GEMV's bf16 output followed by SiluMul:
+// RMSNorm and plain inputs, one and two rows, bf16 and e4m3 weights, several CTA counts; the
+// columns of y past inter stay untouched.
+TEST(GemvFusedSiluPairsTest, SameBitsAsGemvThenSiluMul) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t m, inter, k;
+    kc::GemvInput input;
+    bool fp8_weights;
+  };
+  // inter a multiple of 8 (SiluMul's vectors); rows per CTA odd before rounding for some.
+  const Case cases[] = {
+      {1, 14336, 4096, In::kRmsNorm, false}, {2, 14336, 4096, In::kRmsNorm, false},
+      {1, 14336, 4096, In::kRmsNorm, true},  {2, 3000, 2048, In::kPlain, false},
+      {1, 776, 6144, In::kRmsNorm, false},   {2, 1000, 2048, In::kRmsNorm, true},
+      {1, 8, 4096, In::kPlain, true}};
+  for (const Case& tc : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << tc.m << " x " << tc.inter << " x " << tc.k << " input "
+                 << static_cast<int>(tc.input) << (tc.fp8_weights ? " e4m3" : ""));
+    const int64_t n = 2 * tc.inter, ldy = tc.inter + 8;
+    std::mt19937 rng(static_cast<uint32_t>(tc.m + tc.inter * 3 + tc.k));
+    auto x = RoundTo(DType::kBF16, Random(tc.m * tc.k, rng, 2.0f));
+    auto residual = Random(tc.m * tc.k, rng);
+    auto norm_w = Random(tc.k, rng, 0.2f);
+    for (auto& v : norm_w) v += 1.0f;
+    std::vector<float> w;
+    Fp8Weights w8;
+    if (tc.fp8_weights) {
+      w8 = RandomFp8(n, tc.k, rng);
+    } else {
+      w = RoundTo(DType::kBF16, Random(n * tc.k, rng, 2.0f / std::sqrt(static_cast<float>(tc.k))));
+    }
+    auto d_x = Upload(x, DType::kBF16);
+    auto d_res = Upload(residual, DType::kF32), d_norm = Upload(norm_w, DType::kF32);
+    auto d_w = tc.fp8_weights ? UploadRaw(w8.bytes) : Upload(w, DType::kBF16);
+    auto d_scale = Upload(tc.fp8_weights ? w8.scale : std::vector<float>{1.0f}, DType::kF32);
+    kc::GemvFusedParams p;
+    p.gemm.x = d_x.data();
+    p.gemm.ldx = tc.k;
+    p.gemm.w = d_w.data();
+    p.gemm.ldw = tc.k;
+    p.gemm.m = tc.m;
+    p.gemm.n = n;
+    p.gemm.k = tc.k;
+    p.gemm.out_dtype = DType::kBF16;
+    p.input = tc.input;
+    p.residual = static_cast<const float*>(d_res.data());
+    p.norm_weight = static_cast<const float*>(d_norm.data());
+    p.eps = 1e-5f;
+    if (tc.fp8_weights) {
+      p.w_dtype = DType::kF8E4M3;
+      p.w_scale = static_cast<const float*>(d_scale.data());
+    }
+    // The reference: the plain output [m, n], then SiluMul into [m, ldy].
+    auto d_gu = Poisoned(tc.m * n, DType::kBF16);
+    auto d_want = Poisoned(tc.m * ldy, DType::kBF16);
+    kc::GemvFusedParams plain = p;
+    plain.gemm.y = d_gu.data();
+    plain.gemm.ldy = n;
+    ASSERT_CUDA_OK(kc::GemvFused(plain, nullptr));
+    kc::SiluMulParams act;
+    act.gate = d_gu.data();
+    act.up = static_cast<const uint16_t*>(d_gu.data()) + tc.inter;
+    act.out = d_want.data();
+    act.rows = tc.m;
+    act.dim = tc.inter;
+    act.in_stride = n;
+    act.out_stride = ldy;
+    ASSERT_CUDA_OK(kc::SiluMul(act, nullptr));
+    const auto want = DownloadRaw<uint16_t>(d_want, tc.m * ldy);
+    for (int per_sm : {0, 1, 2, 4}) {
+      SCOPED_TRACE(testing::Message() << per_sm << " CTAs per multiprocessor");
+      auto d_y = Poisoned(tc.m * ldy, DType::kBF16);
+      kc::GemvFusedParams f = p;
+      f.gemm.y = d_y.data();
+      f.gemm.ldy = ldy;
+      f.silu_pairs = true;
+      f.blocks_per_sm = per_sm;
+      ASSERT_TRUE(kc::GemvFusedSupports(f));
+      ASSERT_CUDA_OK(kc::GemvFused(f, nullptr));
+      const auto got = DownloadRaw<uint16_t>(d_y, tc.m * ldy);
+      for (int64_t r = 0; r < tc.m; ++r) {
+        for (int64_t i = 0; i < ldy; ++i) {
+          ASSERT_EQ(got[r * ldy + i], want[r * ldy + i]) << "row " << r << " column " << i;
+        }
+      }
     }
   }
 }

@@ -107,6 +107,11 @@ struct GemvFusedParams {
   const GemvQkvEpilogue* qkv = nullptr;
   DType w_dtype = DType::kBF16;    // gemm.w's elements: kBF16 or kF8E4M3
   const float* w_scale = nullptr;  // kF8E4M3: [n], one per output row (device memory)
+  // The SiLU·mul epilogue: w is a [gate; up] matrix (n = 2 · inter rows), and row m of y gets
+  // the inter values SiLU(gate) · up (bf16, y[m · ldy + i]), each of gate and up rounded to bf16
+  // first and the result rounded as SiluMul (elementwise.h) does: the same bits as this GEMV's
+  // plain output followed by SiluMul. Needs bf16 output, no groups, no q/k/v epilogue.
+  bool silu_pairs = false;
 };
 bool GemvFusedSupports(const GemvFusedParams& p);
 int GemvFused(const GemvFusedParams& p, void* stream);

@@ -48,7 +48,7 @@ int TraceAttach(const TraceSink& sink) {
 const char* TraceKernelName(uint32_t kernel) {
   // Names of every id the instrumented kernels use, made once.
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> v(1u << 8);
+    std::vector<std::string> v(1u << 9);
     for (uint32_t bits = 0; bits < v.size(); ++bits) {
       std::string s = "gemv";
       if (bits & kTraceGemvRows2) s += " m2";
@@ -58,6 +58,7 @@ const char* TraceKernelName(uint32_t kernel) {
       if (bits & kTraceFp8) s += " fp8";
       if (bits & kTraceGemvF32Out) s += " f32";
       if (bits & kTraceGemvTiles) s += " tiles";
+      if (bits & kTraceGemvSiluPairs) s += " silu-out";
       v[bits] = s;
     }
     return v;

@@ -290,7 +290,7 @@ Status GpuDecoder::StagedGemv(kc::GemvFusedParams f, const DeviceTensor& w, void
   f.gemm.n = w.view().dim(0);
   f.gemm.k = w.view().dim(1);
   f.gemm.ldw = f.gemm.k;
-  f.gemm.ldy = f.gemm.n;
+  f.gemm.ldy = f.silu_pairs ? f.gemm.n / 2 : f.gemm.n;
   f.gemm.in_dtype = dtype_;
   f.gemm.out_dtype = out;
   return cuda::CudaStatus(kc::GemvFused(f, stream), "staged GEMV");
@@ -300,9 +300,10 @@ Status GpuDecoder::NormGemv(float*& residual, const void* add, const float* add_
                             const DeviceTensor& norm_weight, const DeviceTensor& w, void* y,
                             int64_t m, DType out, const int32_t* rows_index, void* stream,
                             const kc::GemvQkvEpilogue* qkv,
-                            const std::optional<DeviceTensor>& w_scale) {
+                            const std::optional<DeviceTensor>& w_scale, bool silu_pairs) {
   kc::GemvFusedParams f;
   f.qkv = qkv;
+  f.silu_pairs = silu_pairs;
   f.input = kc::GemvInput::kRmsNorm;
   f.residual = residual;
   f.add = add;
@@ -456,12 +457,13 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
       o.gemm.x = attn_;
       o.gemm.ldx = q_dim;
       DINFER_RETURN_IF_ERROR(StagedGemv(o, l.o, branch_, n, dtype_, stream, l.o_scale));
-      DINFER_RETURN_IF_ERROR(NormGemv(residual, branch_, o_bias, l.post_norm, l.gate_up, gate_up_,
-                                      n, dtype_, nullptr, stream, nullptr, l.gate_up_scale));
+      // The gate/up GEMV's epilogue leaves SiLU(gate) · up in act_, as SiluMul would.
+      DINFER_RETURN_IF_ERROR(NormGemv(residual, branch_, o_bias, l.post_norm, l.gate_up, act_, n,
+                                      dtype_, nullptr, stream, nullptr, l.gate_up_scale,
+                                      /*silu_pairs=*/true));
       kc::GemvFusedParams down;
-      down.input = kc::GemvInput::kSiluMul;
-      down.gemm.x = gate_up_;
-      down.gemm.ldx = 2 * inter;
+      down.gemm.x = act_;
+      down.gemm.ldx = inter;
       DINFER_RETURN_IF_ERROR(StagedGemv(down, l.down, branch_, n, dtype_, stream, l.down_scale));
       continue;
     }

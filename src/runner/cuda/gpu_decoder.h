@@ -69,7 +69,8 @@ class GpuDecoder final : public GpuModel {
                   const cuda::DeviceTensor& norm_weight, const cuda::DeviceTensor& w, void* y,
                   int64_t m, DType out, const int32_t* rows_index, void* stream,
                   const kernels::cuda::GemvQkvEpilogue* qkv = nullptr,
-                  const std::optional<cuda::DeviceTensor>& w_scale = std::nullopt);
+                  const std::optional<cuda::DeviceTensor>& w_scale = std::nullopt,
+                  bool silu_pairs = false);
   // The staged GEMV y = f(x) · wᵀ, f and x as set in `f`; e4m3 weights with their scales.
   Status StagedGemv(kernels::cuda::GemvFusedParams f, const cuda::DeviceTensor& w, void* y,
                     int64_t m, DType out, void* stream,
