@@ -563,26 +563,7 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
   CpAsyncWait<0>();
   __syncthreads();
   trace.Mark2();
-  if constexpr (kSilu) {
-    // One thread a pair of logical rows (gate, up) and a token: the products rounded to bf16 as
-    // the plain GEMV would store them, then SiLU(gate) · up as SiluMul computes and rounds it.
-    for (int o = t; o < rows / 2 * M; o += kThreads) {
-      const int r = o / M * 2, m = o % M;
-      float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-      for (int q = 0; q < kWarps; ++q) {
-        s0 += partial[(r * kWarps + q) * M + m];
-        s1 += partial[((r + 1) * kWarps + q) * M + m];
-      }
-      if constexpr (kFp8) {
-        s0 *= row_scale[r];
-        s1 *= row_scale[r + 1];
-      }
-      const float g = ToFloat(FromFloat<bf16>(s0)), u = ToFloat(FromFloat<bf16>(s1));
-      static_cast<bf16*>(a.y)[m * a.ldy + (row0 + r) / 2] =
-          FromFloat<bf16>(g / (1.0f + __expf(-g)) * u);
-    }
-  } else if constexpr (kQkv) {
+  if constexpr (kPermuted) {
     // One thread a pair of logical rows (rows is even) and a token.
     for (int o = t; o < rows / 2 * M; o += kThreads) {
       const int r = o / M * 2, m = o % M;
@@ -596,7 +577,15 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
         s0 *= row_scale[r];
         s1 *= row_scale[r + 1];
       }
-      QkvFinishPair(a, m, row0 + r, s0, s1, o == t ? first_pair : LoadQkvPair(a, m, row0 + r));
+      if constexpr (kSilu) {
+        // (gate, up) rounded to bf16 as the plain GEMV would store them, then SiLU(gate) · up as
+        // SiluMul computes and rounds it.
+        const float g = ToFloat(FromFloat<bf16>(s0)), u = ToFloat(FromFloat<bf16>(s1));
+        static_cast<bf16*>(a.y)[m * a.ldy + (row0 + r) / 2] =
+            FromFloat<bf16>(g / (1.0f + __expf(-g)) * u);
+      } else {
+        QkvFinishPair(a, m, row0 + r, s0, s1, o == t ? first_pair : LoadQkvPair(a, m, row0 + r));
+      }
     }
   } else {
     for (int o = t; o < rows * M; o += kThreads) {
