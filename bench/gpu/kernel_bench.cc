@@ -71,7 +71,8 @@ Status GemmRows(const cuda::Stream& s, Table& t) {
     const int64_t copies = std::max<int64_t>(1, (kRotateBytes + w_bytes - 1) / w_bytes);
     DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer w,
                             RandomBuffer(copies * sh.n * sh.k, DType::kBF16, 11, 0.02f));
-    for (int64_t m : {int64_t{1}, int64_t{4}, int64_t{8}, max_m}) {
+    // m = 64 and 256: the products of decode steps at those batch sizes (1,000/1,000 at 256).
+    for (int64_t m : {int64_t{1}, int64_t{4}, int64_t{8}, int64_t{64}, int64_t{256}, max_m}) {
       for (kc::GemmImpl impl : {kc::GemmImpl::kGemv, kc::GemmImpl::kCublasLt}) {
         if (m > kc::kGemvMaxRows && impl == kc::GemmImpl::kGemv) continue;
         if (m == max_m && sh.n == kVocab) continue;  // prefill computes logits of last tokens only
