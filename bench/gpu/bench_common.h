@@ -76,7 +76,8 @@ struct ModelBenchOptions {
   // FP8: layer weights as e4m3 with per-channel scales (FP8 GEMMs) and an FP8 KV cache.
   bool fp8 = false;
   bool kv_fp8 = false;  // an FP8 KV cache with bf16 weights (the KV read halves, nothing else)
-  // Where a batch-1 decode step's kernel timeline goes (CSV; needs a DINFER_KERNEL_TRACE build).
+  // Where the kernel timelines of a batch-1 decode step (this path) and of a step of 256
+  // sequences (the path with "_b256" before ".csv") go; needs a DINFER_KERNEL_TRACE build.
   std::string trace_path;
 };
 StatusOr<boost::json::object> ModelBench(const ModelBenchOptions& options, const Limits& limits);
