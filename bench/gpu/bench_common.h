@@ -76,6 +76,9 @@ struct ModelBenchOptions {
   // FP8: layer weights as e4m3 with per-channel scales (FP8 GEMMs) and an FP8 KV cache.
   bool fp8 = false;
   bool kv_fp8 = false;  // an FP8 KV cache with bf16 weights (the KV read halves, nothing else)
+  // Each sequence's KV blocks dealt out from the pool in a random order instead of one
+  // consecutive run a sequence (the decode attention reads the two layouts at different rates).
+  bool shuffle_blocks = false;
   // Where the kernel timelines of a batch-1 decode step (this path) and of a step of 256
   // sequences (the path with "_b256" before ".csv") go; needs a DINFER_KERNEL_TRACE build.
   std::string trace_path;

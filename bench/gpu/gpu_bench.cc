@@ -2,6 +2,7 @@
 //   dinfer_gpu_bench kernels OUT.json [SECTION] device limits and each kernel's speed (SECTION:
 //                                              gemm, attention or elementwise only)
 //   dinfer_gpu_bench model CONFIG OUT.json [--no-throughput | --decode-only] [--fp8 | --kv-fp8]
+//                                              [--trace CSV] [--shuffle-blocks]
 //                                              a random-weight model of CONFIG's shape: batch-1
 //                                              decode, prefill, idle gaps, 1,000/1,000 at 256
 //   dinfer_gpu_bench v4 CONFIG OUT.json [--layers N] [--decode-only]
@@ -70,9 +71,8 @@ Status Main(int argc, char** argv) {
   if (argc < 3) {
     return InvalidArgument(
         "usage: dinfer_gpu_bench kernels OUT.json [SECTION] | model CONFIG OUT.json "
-        "[--no-throughput | --decode-only] [--fp8 | --kv-fp8] [--trace CSV] | v4 CONFIG OUT.json "
-        "[--layers N] | "
-        "v4-check DIR OUT.json");
+        "[--no-throughput | --decode-only] [--fp8 | --kv-fp8] [--trace CSV] [--shuffle-blocks] | "
+        "v4 CONFIG OUT.json [--layers N] | v4-check DIR OUT.json");
   }
   if (cuda::DeviceCount() == 0) return MakeError(StatusCode::kFailedPrecondition, "no CUDA device");
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::GetDeviceInfo(0));
@@ -101,6 +101,7 @@ Status Main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--fp8") == 0) o.fp8 = true;
       if (std::strcmp(argv[i], "--kv-fp8") == 0) o.kv_fp8 = true;
       if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) o.trace_path = argv[++i];
+      if (std::strcmp(argv[i], "--shuffle-blocks") == 0) o.shuffle_blocks = true;
     }
     DINFER_ASSIGN_OR_RETURN(out["model"], ModelBench(o, limits));
   } else if (mode == "v4-check" && argc >= 4) {

@@ -5,6 +5,7 @@
 // previous step's greedy choice on the device, so the host never waits for the device.
 #include <chrono>
 #include <cstdio>
+#include <numeric>
 #include <random>
 
 #include "base/mapped_file.h"
@@ -32,14 +33,17 @@ struct Seqs {
   std::vector<int32_t> last;  // each sequence's last sampled token
 };
 
-Seqs MakeSeqs(int64_t n, int64_t prompt_len, int64_t vocab, uint32_t seed) {
+// Sequence i's blocks are [i * kBlocksPerSeq, (i + 1) * kBlocksPerSeq), in order, or with
+// `shuffle` the same blocks of all n sequences dealt out in a random order.
+Seqs MakeSeqs(int64_t n, int64_t prompt_len, int64_t vocab, uint32_t seed, bool shuffle) {
   Seqs s;
   std::mt19937 rng(seed);
+  std::vector<int32_t> blocks(static_cast<size_t>(n * kBlocksPerSeq));
+  std::iota(blocks.begin(), blocks.end(), 0);
+  if (shuffle) std::shuffle(blocks.begin(), blocks.end(), rng);
   for (int64_t i = 0; i < n; ++i) {
-    std::vector<int32_t> table(kBlocksPerSeq);
-    for (int64_t b = 0; b < kBlocksPerSeq; ++b) {
-      table[b] = static_cast<int32_t>(i * kBlocksPerSeq + b);
-    }
+    std::vector<int32_t> table(blocks.begin() + i * kBlocksPerSeq,
+                               blocks.begin() + (i + 1) * kBlocksPerSeq);
     s.tables.push_back(std::move(table));
     std::vector<int32_t> p(prompt_len);
     for (auto& t : p) t = static_cast<int32_t>(rng() % vocab);
@@ -136,12 +140,13 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
   out["config"] = o.config_path;
   out["fp8"] = o.fp8;
   out["kv_fp8"] = kv_fp8;
+  out["shuffled_blocks"] = o.shuffle_blocks;
   std::printf("model: %.2f GB of %s weights, ready in %.1f s\n", weight_bytes / 1e9,
               o.fp8 ? "fp8 (layers) + bf16" : "bf16", Seconds(t0, Clock::now()));
   if (kv_fp8) std::printf("FP8 (e4m3) KV cache\n");
 
   {  // Batch-1 decode.
-    Seqs s = MakeSeqs(1, 128, c.vocab_size, 1);
+    Seqs s = MakeSeqs(1, 128, c.vocab_size, 1, o.shuffle_blocks);
     DINFER_RETURN_IF_ERROR(Prefill(r, s, ro.max_num_tokens));
     int64_t pos = 128;
     for (int i = 0; i < 16; ++i) DINFER_RETURN_IF_ERROR(DecodeStep(r, s, pos++, i > 0));
@@ -172,7 +177,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
       // And a step of 256 sequences at 1,000 tokens of context, as in the middle of the
       // 1,000/1,000 run (its products run on cuBLASLt, untraced: their time falls in the gap
       // before each traced launch).
-      Seqs wide = MakeSeqs(256, 1000, c.vocab_size, 5);
+      Seqs wide = MakeSeqs(256, 1000, c.vocab_size, 5, o.shuffle_blocks);
       DINFER_RETURN_IF_ERROR(Prefill(r, wide, ro.max_num_tokens));
       int64_t wide_pos = 1000;
       for (int i = 0; i < 4; ++i) DINFER_RETURN_IF_ERROR(DecodeStep(r, wide, wide_pos++, i > 0));
@@ -189,7 +194,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
   if (o.decode_only) return out;
 
   {  // Prefill, 8 × 2,048 tokens in one step.
-    Seqs s = MakeSeqs(8, 2048, c.vocab_size, 2);
+    Seqs s = MakeSeqs(8, 2048, c.vocab_size, 2, o.shuffle_blocks);
     std::vector<SeqChunk> chunks;
     for (int i = 0; i < 8; ++i)
       chunks.push_back({s.prompts[i], 0, s.tables[i], SeqChunk::Logits::kLast});
@@ -204,7 +209,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
   }
 
   {  // Idle gaps between decode steps at batch 64.
-    Seqs s = MakeSeqs(64, 512, c.vocab_size, 3);
+    Seqs s = MakeSeqs(64, 512, c.vocab_size, 3, o.shuffle_blocks);
     DINFER_RETURN_IF_ERROR(Prefill(r, s, ro.max_num_tokens));
     int64_t pos = 512;
     for (int i = 0; i < 8; ++i) DINFER_RETURN_IF_ERROR(DecodeStep(r, s, pos++, i > 0));
@@ -246,7 +251,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
 
   if (o.throughput) {  // 1,000 in / 1,000 out, 256 sequences at once.
     constexpr int64_t kIn = 1000, kOut = 1000;
-    Seqs s = MakeSeqs(256, kIn, c.vocab_size, 4);
+    Seqs s = MakeSeqs(256, kIn, c.vocab_size, 4, o.shuffle_blocks);
     DINFER_RETURN_IF_ERROR(stream.Synchronize());
     const auto start = Clock::now();
     DINFER_RETURN_IF_ERROR(Prefill(r, s, ro.max_num_tokens));
