@@ -30,7 +30,8 @@ void AddEngineFlags(CLI::App& cmd, EngineOptions& o, unsigned sets) {
         ->check(CLI::IsMember({"auto", "f32", "bf16", "fp8"}))
         ->capture_default_str();
     cmd.add_option("--kv-cache-scale", o.kv_cache_scale,
-                   "with --kv-cache-dtype fp8: the cache stores K / scale and V / scale")
+                   "with --kv-cache-dtype fp8: the cache stores K / scale and V / scale (for "
+                   "layers without calibrated k_scale / v_scale in the checkpoint)")
         ->capture_default_str();
     cmd.add_flag_callback(
         "--no-prefix-cache", [&o] { o.enable_prefix_caching = false; }, "disable prefix caching");

@@ -1,7 +1,9 @@
 #include "model/layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/quant.h"
 #include "model/layers/scratch.h"
 
 namespace dinfer::layers {
@@ -19,6 +21,46 @@ StatusOr<std::optional<TensorView>> OptionalF32(WeightSource& w, const std::stri
 }
 
 }  // namespace
+
+Status ReadKvCacheScales(WeightSource& w, const std::string& prefix, int64_t num_kv_heads,
+                         AttentionWeights& out) {
+  // The scale in tensor `name`, if the checkpoint has it.
+  auto read = [&](const std::string& name) -> StatusOr<std::optional<float>> {
+    if (!w.Has(name)) return std::optional<float>();
+    DINFER_ASSIGN_OR_RETURN(TensorView t, w.Get(name));
+    const int64_t n = t.numel();
+    if (n != 1 && n != num_kv_heads) {
+      return DataLoss(
+          "'{}': tensor '{}' has shape {}: a KV-cache scale is one value or one per KV "
+          "head ({})",
+          w.where(), name, t.ShapeString(), num_kv_heads);
+    }
+    std::vector<float> v(static_cast<size_t>(n));
+    kernels::cpu::DequantizeRow(t.dtype, t.data, v.data(), n);
+    float most = 0.0f;
+    for (float x : v) {
+      if (!(x > 0.0f) || !std::isfinite(x)) {
+        return DataLoss("'{}': tensor '{}' holds the KV-cache scale {}, not a positive number",
+                        w.where(), name, x);
+      }
+      most = std::max(most, x);
+    }
+    return std::optional<float>(most);
+  };
+  DINFER_ASSIGN_OR_RETURN(std::optional<float> k, read(prefix + "k_scale"));
+  DINFER_ASSIGN_OR_RETURN(std::optional<float> v, read(prefix + "v_scale"));
+  if (!k && !v) {
+    DINFER_ASSIGN_OR_RETURN(std::optional<float> kv, read(prefix + "kv_scale"));
+    k = v = kv;
+  }
+  if (!k && !v) {
+    DINFER_ASSIGN_OR_RETURN(k, read(prefix + "k_proj.output_scale"));
+    DINFER_ASSIGN_OR_RETURN(v, read(prefix + "v_proj.output_scale"));
+  }
+  out.k_scale = k;
+  out.v_scale = v;
+  return OkStatus();
+}
 
 StatusOr<AttentionLayer> AttentionLayer::Load(WeightSource& w, const ModelConfig& c,
                                               int64_t layer) {
@@ -41,6 +83,7 @@ StatusOr<AttentionLayer> AttentionLayer::Load(WeightSource& w, const ModelConfig
     DINFER_ASSIGN_OR_RETURN(a.w_.v_bias, OptionalF32(w, p + "v_proj.bias", kv_dim));
     DINFER_ASSIGN_OR_RETURN(a.w_.o_bias, OptionalF32(w, p + "o_proj.bias", c.hidden_size));
   }
+  DINFER_RETURN_IF_ERROR(ReadKvCacheScales(w, p, c.num_kv_heads, a.w_));
   if (c.qk_norm) {
     DINFER_ASSIGN_OR_RETURN(TensorView qn, w.GetF32(p + "q_norm.weight", {c.head_dim}));
     DINFER_ASSIGN_OR_RETURN(TensorView kn, w.GetF32(p + "k_norm.weight", {c.head_dim}));

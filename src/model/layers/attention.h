@@ -16,7 +16,19 @@ struct AttentionWeights {
   TensorView q, k, v, o;
   std::optional<TensorView> q_bias, k_bias, v_bias, o_bias;
   std::optional<TensorView> q_norm, k_norm;
+  // Calibrated FP8 KV-cache scales from the checkpoint (the cache holds k / k_scale and
+  // v / v_scale), when it has them: see ReadKvCacheScales.
+  std::optional<float> k_scale, v_scale;
 };
+
+// Reads a layer's calibrated KV-cache scales into `out`, from the tensors named after `prefix`
+// ("model.layers.N.self_attn."): `k_scale` and `v_scale` (vLLM's and llm-compressor's names), or
+// one `kv_scale` for both, or `k_proj.output_scale` and `v_proj.output_scale`. A scale is one
+// value or one per KV head; the cache kernels take one per tensor, so per-head scales give their
+// largest (no head saturates). Absent tensors leave the scales unset; non-positive, non-finite or
+// misshapen ones are an error.
+Status ReadKvCacheScales(WeightSource& w, const std::string& prefix, int64_t num_kv_heads,
+                         AttentionWeights& out);
 
 struct Scratch;
 

@@ -93,6 +93,8 @@ StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Upload(const layers::DecoderMo
     DINFER_ASSIGN_OR_RETURN(l.q_norm, OptionalF32(a.q_norm));
     DINFER_ASSIGN_OR_RETURN(l.k_norm, OptionalF32(a.k_norm));
     l.sliding_window = src.attn.options().sliding_window;
+    l.k_scale = a.k_scale.value_or(0.0f);
+    l.v_scale = a.v_scale.value_or(0.0f);
     g->attn_scale_ = src.attn.options().scale;
     g->softcap_ = src.attn.options().softcap;
     g->weight_bytes_ += Bytes(l.qkv) + Bytes(l.o) + Bytes(l.gate_up) + Bytes(l.down);
@@ -376,8 +378,6 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
   qp.interleaved = c.rope_interleaved;
   qp.slot_mapping = step.slots;
   qp.kv_fp8 = kv.fp8;
-  qp.k_scale = kv.k_scale;
-  qp.v_scale = kv.v_scale;
 
   kc::AttentionParams at;
   at.q = qkv_buf_;
@@ -396,8 +396,6 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
   at.scale = attn_scale_;
   at.softcap = softcap_;
   at.kv_fp8 = kv.fp8;
-  at.k_scale = kv.k_scale;
-  at.v_scale = kv.v_scale;
   at.row_tokens = step.row_tokens;
   at.num_rows = step.num_rows;
   at.num_splits = step.num_splits;
@@ -428,6 +426,9 @@ Status GpuDecoder::Forward(const GpuStep& step, const GpuKvCache& kv, float* log
     qp.k_norm = l.k_norm ? l.k_norm->as<float>() : nullptr;
     qp.k_cache = kv.k[i];
     qp.v_cache = kv.v[i];
+    // An FP8 cache's scales: the checkpoint's for this layer where it has them.
+    qp.k_scale = at.k_scale = l.k_scale > 0.0f ? l.k_scale : kv.k_scale;
+    qp.v_scale = at.v_scale = l.v_scale > 0.0f ? l.v_scale : kv.v_scale;
     // The q/k/v GEMV's epilogue does QkvRopeKvWrite's work in fused decode steps, except with
     // per-head q/k norms (Qwen3), which it does not do.
     const bool qkv_epilogue = fused && rope_shapes_fit && !l.q_norm && !l.k_norm;

@@ -55,6 +55,8 @@ class GpuDecoder final : public GpuModel {
     // FP8 weights: per-output-channel scales of qkv, o, gate_up, down (f32 [rows]).
     std::optional<cuda::DeviceTensor> qkv_scale, o_scale, gate_up_scale, down_scale;
     int64_t sliding_window = 0;
+    // An FP8 KV cache's scales calibrated in the checkpoint (0: the runner's scale).
+    float k_scale = 0.0f, v_scale = 0.0f;
   };
   GpuDecoder(ModelConfig config, DType dtype) : GpuModel(std::move(config), dtype) {}
   // y = x · wᵀ; e4m3 weights (with their scales) quantize x per row into act8_ first.

@@ -2,69 +2,23 @@
 // errors for missing or malformed scales.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/quant.h"
-#include "model/safetensors.h"
 #include "model/weights.h"
+#include "unit/model/test_checkpoint.h"
 
 namespace dinfer {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Entry {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-// One safetensors file holding the entries, in a fresh directory.
-std::string WriteCheckpoint(const std::vector<Entry>& entries) {
-  static int counter = 0;
-  const fs::path dir =
-      fs::temp_directory_path() /
-      ("dinfer_fp8_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-  fs::create_directories(dir);
-  std::string header = "{", data;
-  for (const Entry& e : entries) {
-    if (header.size() > 1) header += ",";
-    std::string shape;
-    for (int64_t d : e.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    header += "\"" + e.name + "\":{\"dtype\":\"" + e.dtype + "\",\"shape\":[" + shape +
-              "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
-              std::to_string(data.size() + e.bytes.size()) + "]}";
-    data += e.bytes;
-  }
-  header += "}";
-  std::string file(8, '\0');
-  const uint64_t len = header.size();
-  std::memcpy(file.data(), &len, 8);
-  std::ofstream((dir / "model.safetensors").string(), std::ios::binary) << file << header << data;
-  return dir.string();
-}
-
-std::unique_ptr<WeightSource> Open(const std::string& dir) {
-  auto ckpt = SafetensorsCheckpoint::OpenDir(dir);
-  EXPECT_TRUE(ckpt.ok()) << ckpt.status().ToString();
-  return WeightSource::FromSafetensors(std::move(ckpt).value(), dir);
-}
-
-std::string Bytes(size_t n, uint8_t first) {
-  std::string s(n, '\0');
-  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((first + 7 * i) % 0x7f);
-  return s;
-}
-
-std::string F32(std::vector<float> v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-}
+using test_checkpoint::Bytes;
+using test_checkpoint::F32;
+using test_checkpoint::Open;
+using test_checkpoint::WriteCheckpoint;
 
 TEST(WeightsFp8, RepacksFp8WithItsBlockScales) {
   // [4, 64] with blocks of 2 x 32: a 2 x 2 grid of UE8M0 scales 2^-1, 2^0, 2^1, 2^2.
