@@ -429,10 +429,11 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
       CpAsync16(slot0 + (c & (kStages - 1)) * kChunk, idle ? src8 - kChunk : src8, in && !idle);
       if (c + 1 < chunks) advance(src8, w8, t * 16, kChunkW, next_row_step);
     } else if constexpr (kPermuted) {
-      CpAsync16(slot0 + (c % kStages) * kChunk, src, in);
+      CpAsync16(slot0 + (c & (kStages - 1)) * kChunk, src, in);
       if (c + 1 < chunks) advance(src, a.w, t * 8, kChunk, kChunk);
     } else {
-      CpAsync16(slot0 + (c % kStages) * kChunk, wb + static_cast<int64_t>(in ? c : 0) * kChunk, in);
+      CpAsync16(slot0 + (c & (kStages - 1)) * kChunk,
+                wb + static_cast<int64_t>(in ? c : 0) * kChunk, in);
     }
     CpAsyncCommit();
   };
@@ -529,13 +530,46 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
       }
     }
   } else {
-    for (int r = 0, c = 0; r < rows; ++r) {
+    // One input row of at most two chunks (k <= 4,096): the thread's 8 or 16 inputs are the same
+    // in every row, so they stay in registers as f32 (the same values and order of additions as
+    // reading them from xs for each row).
+    bool in_registers = false;
+    if constexpr (M == 1) in_registers = cpr <= 2;
+    if (in_registers) {
+      float xk[2][8];
+      LoadVec(xs + t * 8, xk[0]);
+      if (cpr == 2) LoadVec(xs + kChunk + t * 8, xk[1]);
+      for (int r = 0, c = 0; r < rows; ++r) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          if (cc == cpr) break;
+          CpAsyncWait<kStages - 1>();  // chunk c has landed
+          const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c & (kStages - 1)) * kChunk);
+          issue(c + kStages);  // into the slot just read
+          ++c;
+          float wf[8];
+          const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wv);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float2 f = __bfloat1622float2(h[j]);
+            wf[2 * j] = f.x;
+            wf[2 * j + 1] = f.y;
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc += wf[j] * xk[cc][j];
+        }
+        const float sum = WarpSum(acc);
+        if (lane == 0) partial[r * kWarps + warp] = sum;
+      }
+    }
+    for (int r = 0, c = 0; r < rows && !in_registers; ++r) {
       float acc[M];
 #pragma unroll
       for (int m = 0; m < M; ++m) acc[m] = 0.0f;
       for (int cc = 0; cc < cpr; ++cc, ++c) {
         CpAsyncWait<kStages - 1>();  // chunk c has landed
-        const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c % kStages) * kChunk);
+        const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c & (kStages - 1)) * kChunk);
         issue(c + kStages);  // into the slot just read
         float wf[8];
         const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wv);
