@@ -176,12 +176,8 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
   }
   WaitForPrerequisites();  // this step's keys and the queries come from the kernels before
   trace.Waited();
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_tiles) load_tile(s, s, kLate);
-  }
-
-  // Q's fragments, straight from memory (rows past the warp's heads are zero).
+  // Q's fragments, straight from memory (rows past the warp's heads are zero); requested before
+  // the step's own keys below, so that both trips to L2 overlap.
   uint32_t qf[D / 16][4];
   {
     const bf16* qh = static_cast<const bf16*>(p.q) + t * p.q_stride + static_cast<int64_t>(h0) * D;
@@ -193,9 +189,21 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
       // bf16: dims kk·16 + {c2, c2 + 1} and + 8; FP8: the order of its K words (header).
       const int d0 = kFp8 ? (kk / 4) * 64 + c4 * 16 + (kk % 4) * 4 : kk * 16 + c2;
       const int d1 = kFp8 ? d0 + 2 : d0 + 8;
-      const uint32_t f[4] = {ld(g, d0), ld(g + 8, d0), ld(g, d1), ld(g + 8, d1)};
+      qf[kk][0] = ld(g, d0);
+      qf[kk][1] = ld(g + 8, d0);
+      qf[kk][2] = ld(g, d1);
+      qf[kk][3] = ld(g + 8, d1);
+    }
+  }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) qf[kk][e] = kFp8 ? Bf16x2ToHalf2(f[e]) : f[e];
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_tiles) load_tile(s, s, kLate);
+  }
+  if constexpr (kFp8) {  // the FP8 products take Q as f16
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qf[kk][e] = Bf16x2ToHalf2(qf[kk][e]);
     }
   }
 
@@ -368,9 +376,9 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
       sm_l[warp * kRows + g + 8] = l1;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kHeads * kRows * D; idx += C::kThreads) {
-      const int hh = idx / (kRows * D), r = idx / D % kRows, d = idx % D;
-      if (r >= nh) continue;
+    // Only the nh rows that are query heads (a group of 4 fills a quarter of the 16).
+    for (int idx = threadIdx.x; idx < kHeads * nh * D; idx += C::kThreads) {
+      const int hh = idx / (nh * D), r = idx / D % nh, d = idx % D;
       const int w0 = hh * C::kWarpsPerHead;
       float mx = -INFINITY;
 #pragma unroll
