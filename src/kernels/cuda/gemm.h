@@ -101,8 +101,8 @@ struct GemvFusedParams {
   float* residual_out = nullptr;        // [*, k] f32, optional
   const float* norm_weight = nullptr;   // [k]
   float eps = 1e-6f, weight_offset = 0.0f;
-  int blocks_per_sm =
-      0;  // CTAs per multiprocessor; 0: the default (3, fewer where they do not fit)
+  // CTAs per multiprocessor; 0: the default (bf16 weights 2, e4m3 3; fewer where they do not fit).
+  int blocks_per_sm = 0;
   // Host memory, read when GemvFused launches; nullptr: y = f(x) · wᵀ as above.
   const GemvQkvEpilogue* qkv = nullptr;
   DType w_dtype = DType::kBF16;    // gemm.w's elements: kBF16 or kF8E4M3

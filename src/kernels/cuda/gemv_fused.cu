@@ -63,9 +63,12 @@ namespace {
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kChunk = kThreads * 8;
 constexpr int kStages = 16;  // chunks in flight per CTA (64 KB)
-// Measured in batch-1 decode of an 8B model on H200 (bench/gpu, graph replay): 1 CTA per
-// multiprocessor 0.55 of the roofline, 2 0.76, 3 0.77.
-constexpr int kDefaultBlocksPerSm = 3;
+// CTAs per multiprocessor by default, measured in batch-1 decode of an 8B model on H200 (bench/gpu,
+// graph replay). e4m3 weights: 1 CTA 0.55 of the roofline, 2 0.76, 3 0.77 (with bf16 too before
+// the register path). bf16 since the register path: 2 in the q/k/v, o and gate/up GEMVs 4.182 ms
+// a step against 4.210 with 3 (three alternating runs each); the head and the down GEMV are
+// within noise either way (the down GEMV's staged input leaves room for 2 only).
+constexpr int kDefaultBlocksPerSmBf16 = 2, kDefaultBlocksPerSmFp8 = 3;
 constexpr size_t kMaxSmem = 200 * 1024;
 constexpr size_t kRingBytes = kStages * kChunk * 2;
 // RMSNorm inputs of up to this many elements are read once (kept in registers between the sum of
@@ -665,8 +668,8 @@ cudaError_t LaunchStaged(StagedArgs a, int64_t m, int64_t n, int64_t k, int bloc
   // CTAs per multiprocessor as asked, fewer where they do not fit at once (one wave, no tail).
   int64_t grid = 0, rows_per_block = 0;
   size_t smem = 0;
-  for (int per_sm = blocks_per_sm > 0 ? blocks_per_sm : kDefaultBlocksPerSm; per_sm >= 1;
-       --per_sm) {
+  const int default_per_sm = kFp8 ? kDefaultBlocksPerSmFp8 : kDefaultBlocksPerSmBf16;
+  for (int per_sm = blocks_per_sm > 0 ? blocks_per_sm : default_per_sm; per_sm >= 1; --per_sm) {
     grid = std::min<int64_t>(n, static_cast<int64_t>(MultiprocessorCount()) * per_sm);
     rows_per_block = std::min((n + grid - 1) / grid, max_rows);
     // Grouped products: a CTA's rows stay in one group (rows_per_block divides group_n).
