@@ -57,15 +57,14 @@ int Gemv(const GemmParams& p, void* stream, GemvTiling tiling = {});
 // per output row (w_scale [n]): y[m, j] = w_scale[j] * sum_k f(x)[m, k] * w[j, k], the same
 // inputs, limits and outputs (gemm.in_dtype, the activations' dtype, stays bf16); with the q/k/v
 // epilogue the scale multiplies the row's sum before the bias and the rotation.
-//   kPlain:   f(x) = x, as Gemv.
-//   kSiluMul: f(x)[r] = silu(x[r, 0:k]) * x[r, k:2k] (gate and up halves of one row, ldx >= 2k),
-//             rounded to bf16 as SiluMul stores it.
-//             With gemm.group_n (kPlain only), output rows of group g read x's columns
+//   kPlain:   f(x) = x, as Gemv. With gemm.group_n, output rows of group g read x's columns
 //             [g * k, (g + 1) * k).
 //   kRmsNorm: f(x)[r] = RmsNorm (elementwise.h) of residual[i] + add[i] (+ add_bias), with
 //             i = rows_index ? rows_index[r] : r, rounded to bf16; gemm.x is unused. When
 //             residual_out is set (with add; it must not alias residual), it receives the sums.
-enum class GemvInput { kPlain, kRmsNorm, kSiluMul };
+// (SiLU·mul of a gate/up product is the gate/up GEMV's epilogue, silu_pairs below, so that the
+// down GEMV's input is a plain copy.)
+enum class GemvInput { kPlain, kRmsNorm };
 inline constexpr int64_t kGemvFusedMaxRows = 2;
 // Optional q/k/v epilogue of the staged GEMV: the work of QkvRopeKvWrite (qkv.h) done on the
 // GEMV's f32 sums, without the per-head q/k RMSNorm. The n = (num_heads + 2 * num_kv_heads) *

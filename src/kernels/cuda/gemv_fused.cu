@@ -1,6 +1,7 @@
 // The decode GEMV with its input staged in shared memory, and the op that makes that input fused
-// in front of it (RMSNorm with the residual add, or SiLU·mul of the gate/up product): one kernel
-// launch instead of two, and no round trip of the activations through global memory.
+// in front of it (RMSNorm with the residual add) or behind it (SiLU·mul of the gate/up product,
+// below): one kernel launch instead of two, and no round trip of the activations through global
+// memory.
 //
 // Work split: the grid is a few CTAs per multiprocessor; CTA b owns a contiguous range of
 // ceil(n / grid) weight rows, so every CTA streams the same number of bytes (the last one fewer)
@@ -239,18 +240,6 @@ __device__ __forceinline__ void StageInput(const StagedArgs& a, bf16* xs, int ro
             *reinterpret_cast<const uint4*>(x + m * a.ldx + i);
       }
     }
-  } else if constexpr (kIn == GemvInput::kSiluMul) {
-    for (int i = t * 8; i < a.k; i += kChunk) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        float g[8], u[8], o[8];
-        LoadVec(a.x + m * a.ldx + i, g);
-        LoadVec(a.x + m * a.ldx + a.k + i, u);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) o[j] = g[j] / (1.0f + __expf(-g[j])) * u[j];
-        StoreVec(xs + m * a.k + i, o);
-      }
-    }
   } else {
     __shared__ float warp_ss[kWarps][M];
     const float* rows[M];
@@ -355,10 +344,9 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
   // kFp8: the scales of the CTA's (logical) rows, [rows_per_block].
   float* row_scale = partial + a.rows_per_block * kWarps * M;
   CtaTrace trace(kTraceGemv | (M == 2 ? kTraceGemvRows2 : 0u) |
-                 (kIn == GemvInput::kRmsNorm ? kTraceGemvNorm : 0u) |
-                 (kIn == GemvInput::kSiluMul ? kTraceGemvSiluMul : 0u) |
-                 (kQkv ? kTraceGemvQkv : 0u) | (kSilu ? kTraceGemvSiluPairs : 0u) |
-                 (kFp8 ? kTraceFp8 : 0u) | (std::is_same_v<TOut, float> ? kTraceGemvF32Out : 0u));
+                 (kIn == GemvInput::kRmsNorm ? kTraceGemvNorm : 0u) | (kQkv ? kTraceGemvQkv : 0u) |
+                 (kSilu ? kTraceGemvSiluPairs : 0u) | (kFp8 ? kTraceFp8 : 0u) |
+                 (std::is_same_v<TOut, float> ? kTraceGemvF32Out : 0u));
   AllowDependents();
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const int row0 = blockIdx.x * a.rows_per_block;
@@ -699,8 +687,6 @@ cudaError_t DispatchInput(const GemvFusedParams& p, const StagedArgs& a, cudaStr
       return LaunchStaged<M, TOut, GemvInput::kPlain, kEpi, kFp8>(a, g.m, g.n, g.k, per_sm, s);
     case GemvInput::kRmsNorm:
       return LaunchStaged<M, TOut, GemvInput::kRmsNorm, kEpi, kFp8>(a, g.m, g.n, g.k, per_sm, s);
-    case GemvInput::kSiluMul:
-      return LaunchStaged<M, TOut, GemvInput::kSiluMul, kEpi, kFp8>(a, g.m, g.n, g.k, per_sm, s);
   }
   return cudaErrorInvalidValue;
 }
@@ -757,8 +743,6 @@ bool GemvFusedSupports(const GemvFusedParams& p) {
   switch (p.input) {
     case GemvInput::kPlain:
       return g.x != nullptr && g.ldx % 8 == 0 && Aligned16(g.x);
-    case GemvInput::kSiluMul:
-      return g.x != nullptr && g.ldx % 8 == 0 && g.ldx >= 2 * g.k && Aligned16(g.x);
     case GemvInput::kRmsNorm:
       return p.residual != nullptr && p.norm_weight != nullptr && Aligned16(p.residual) &&
              Aligned16(p.norm_weight) && (p.add == nullptr || Aligned16(p.add)) &&

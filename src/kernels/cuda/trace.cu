@@ -53,7 +53,6 @@ const char* TraceKernelName(uint32_t kernel) {
       std::string s = "gemv";
       if (bits & kTraceGemvRows2) s += " m2";
       if (bits & kTraceGemvNorm) s += " norm";
-      if (bits & kTraceGemvSiluMul) s += " silu";
       if (bits & kTraceGemvQkv) s += " qkv";
       if (bits & kTraceFp8) s += " fp8";
       if (bits & kTraceGemvF32Out) s += " f32";

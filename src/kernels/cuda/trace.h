@@ -31,7 +31,6 @@ enum TraceKernel : uint32_t {
   kTraceDecodeAttention = 2u << 24,  // paged decode attention (attention_decode.cu)
   kTraceGemvRows2 = 1u << 0,         // GEMV: two input rows
   kTraceGemvNorm = 1u << 1,          // GEMV: RMSNorm in front
-  kTraceGemvSiluMul = 1u << 2,       // GEMV: SiLU·mul in front
   kTraceGemvQkv = 1u << 3,           // GEMV: the q/k/v rope + KV write epilogue
   kTraceFp8 = 1u << 4,               // e4m3 weights (GEMV) or cache (attention)
   kTraceGemvF32Out = 1u << 5,        // GEMV: f32 output
