@@ -2,7 +2,8 @@
 // inside the staged GEMV after them, the residual stream alternating between two buffers):
 // logits of GpuRunner against the CPU runner on a random Llama written as a safetensors
 // checkpoint (hidden 2048, MLP 4096, 16 query / 4 KV heads of 128, 2 layers). On the same model,
-// an FP8 (e4m3) KV cache against the bf16 one. Skipped without a GPU.
+// an FP8 (e4m3) KV cache against the bf16 one, and the checkpoint's calibrated KV-cache scales
+// against the runner's. Skipped without a GPU.
 #include <unistd.h>
 
 #include <cstring>
@@ -31,6 +32,7 @@ constexpr int64_t kHidden = 2048, kInter = 4096, kHeads = 16, kKvHeads = 4, kHea
 // A random bf16 Llama checkpoint of the widths above, in a fresh directory.
 std::string WriteModel() {
   const fs::path dir = fs::temp_directory_path() / ("dinfer_fused_" + std::to_string(::getpid()));
+  fs::remove_all(dir);  // no files left by a test that stopped early (kv_scales.safetensors)
   fs::create_directories(dir);
   std::ofstream(dir / "config.json")
       << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": )"
@@ -141,17 +143,14 @@ TEST(GpuFusedDecodeTest, LogitsMatchCpu) {
   fs::remove_all(dir);
 }
 
-// The FP8 KV cache, then also FP8 weights (per-channel scales, FP8 GEMMs), against bf16: a
-// prompt in two chunks (the second's prefill tiles read the first's keys from the cache), then
-// decode steps; e4m3 keeps about 2 significant digits of each element, so logits move by a few
-// percent, not more.
-TEST(GpuFusedDecodeTest, Fp8KvCacheAndWeightsStayCloseToBf16) {
-  SKIP_WITHOUT_GPU();
-  const std::string dir = WriteModel();
-  auto lm = LoadModel(dir, LoadOptions{false, false});
-  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
-  const auto* decoder = dynamic_cast<const layers::DecoderModel*>(lm->model.get());
-  ASSERT_NE(decoder, nullptr);
+// A prompt of 80 tokens in two chunks (the second's prefill tiles read the first's keys from the
+// cache), then decode steps, through GpuRunner with the given KV cache; all logits rows.
+struct Fp8Run {
+  DType kv_dtype = DType::kBF16;
+  bool fp8_weights = false;
+  float kv_scale = 1.0f;  // GpuRunnerOptions::kv_scale
+};
+std::vector<float> RunTwoChunksThenDecode(const layers::DecoderModel& decoder, const Fp8Run& o) {
   std::vector<int32_t> prompt(80);
   std::mt19937 rng(5);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % kVocab);
@@ -159,50 +158,61 @@ TEST(GpuFusedDecodeTest, Fp8KvCacheAndWeightsStayCloseToBf16) {
   std::vector<int32_t> table(8);
   std::iota(table.begin(), table.end(), 0);
   std::reverse(table.begin(), table.end());
-  auto run = [&](DType kv_dtype, bool fp8_weights) {
-    std::vector<float> rows;
-    auto model = GpuDecoder::Upload(*decoder, DType::kBF16);
-    EXPECT_TRUE(model.ok()) << model.status().ToString();
-    if (!model.ok()) return rows;
-    if (fp8_weights) {
-      const Status q = (*model)->QuantizeWeightsFp8();
-      EXPECT_TRUE(q.ok()) << q.ToString();
-      if (!q.ok()) return rows;
-    }
-    GpuRunnerOptions go;
-    go.num_blocks = 8;
-    go.max_seq_len = 128;
-    go.max_num_tokens = 128;
-    go.max_num_seqs = 2;
-    go.max_logits_rows = 64;
-    go.kv_cache_dtype = kv_dtype;
-    auto gpu = GpuRunner::Create(std::move(*model), go);
-    EXPECT_TRUE(gpu.ok()) << gpu.status().ToString();
-    if (!gpu.ok()) return rows;
-    const std::span<const int32_t> all(prompt);
-    const SeqChunk chunks[2] = {{all.first(48), 0, table, SeqChunk::Logits::kLast},
-                                {all.subspan(48), 48, table, SeqChunk::Logits::kAll}};
-    for (const SeqChunk& c : chunks) {
-      auto l = (*gpu)->Execute(std::span(&c, 1));
-      EXPECT_TRUE(l.ok()) << l.status().ToString();
-      if (!l.ok()) return rows;
-      rows.insert(rows.end(), l->as<float>(), l->as<float>() + l->numel());
-    }
-    int64_t pos = static_cast<int64_t>(prompt.size());
-    for (size_t i = 0; i < decode.size(); ++i, ++pos) {
-      SeqChunk step{std::span(&decode[i], 1), pos, table, SeqChunk::Logits::kLast};
-      auto r = (*gpu)->Execute(std::span(&step, 1));
-      EXPECT_TRUE(r.ok()) << r.status().ToString();
-      if (!r.ok()) return rows;
-      rows.insert(rows.end(), r->as<float>(), r->as<float>() + kVocab);
-    }
-    return rows;
-  };
-  const auto bf16_rows = run(DType::kBF16, false);
-  const size_t rows = 1 + (prompt.size() - 48) + decode.size();
+  std::vector<float> rows;
+  auto model = GpuDecoder::Upload(decoder, DType::kBF16);
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  if (!model.ok()) return rows;
+  if (o.fp8_weights) {
+    const Status q = (*model)->QuantizeWeightsFp8();
+    EXPECT_TRUE(q.ok()) << q.ToString();
+    if (!q.ok()) return rows;
+  }
+  GpuRunnerOptions go;
+  go.num_blocks = 8;
+  go.max_seq_len = 128;
+  go.max_num_tokens = 128;
+  go.max_num_seqs = 2;
+  go.max_logits_rows = 64;
+  go.kv_cache_dtype = o.kv_dtype;
+  go.kv_scale = o.kv_scale;
+  auto gpu = GpuRunner::Create(std::move(*model), go);
+  EXPECT_TRUE(gpu.ok()) << gpu.status().ToString();
+  if (!gpu.ok()) return rows;
+  const std::span<const int32_t> all(prompt);
+  const SeqChunk chunks[2] = {{all.first(48), 0, table, SeqChunk::Logits::kLast},
+                              {all.subspan(48), 48, table, SeqChunk::Logits::kAll}};
+  for (const SeqChunk& c : chunks) {
+    auto l = (*gpu)->Execute(std::span(&c, 1));
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    if (!l.ok()) return rows;
+    rows.insert(rows.end(), l->as<float>(), l->as<float>() + l->numel());
+  }
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  for (size_t i = 0; i < decode.size(); ++i, ++pos) {
+    SeqChunk step{std::span(&decode[i], 1), pos, table, SeqChunk::Logits::kLast};
+    auto r = (*gpu)->Execute(std::span(&step, 1));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return rows;
+    rows.insert(rows.end(), r->as<float>(), r->as<float>() + kVocab);
+  }
+  return rows;
+}
+constexpr size_t kTwoChunkRows = 1 + (80 - 48) + 6;
+
+// The FP8 KV cache, then also FP8 weights (per-channel scales, FP8 GEMMs), against bf16; e4m3
+// keeps about 2 significant digits of each element, so logits move by a few percent, not more.
+TEST(GpuFusedDecodeTest, Fp8KvCacheAndWeightsStayCloseToBf16) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = WriteModel();
+  auto lm = LoadModel(dir, LoadOptions{false, false});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  const auto* decoder = dynamic_cast<const layers::DecoderModel*>(lm->model.get());
+  ASSERT_NE(decoder, nullptr);
+  const auto bf16_rows = RunTwoChunksThenDecode(*decoder, {});
+  const size_t rows = kTwoChunkRows;
   ASSERT_EQ(bf16_rows.size(), rows * kVocab);
   for (bool fp8_weights : {false, true}) {
-    const auto fp8_rows = run(DType::kF8E4M3, fp8_weights);
+    const auto fp8_rows = RunTwoChunksThenDecode(*decoder, {DType::kF8E4M3, fp8_weights});
     ASSERT_EQ(fp8_rows.size(), rows * kVocab);
     double worst = 0;
     for (size_t r = 0; r < rows; ++r) {
@@ -213,6 +223,60 @@ TEST(GpuFusedDecodeTest, Fp8KvCacheAndWeightsStayCloseToBf16) {
     std::printf("FP8 KV cache%s: worst row error %.3g against bf16\n",
                 fp8_weights ? " and FP8 weights" : "", worst);
   }
+  fs::remove_all(dir);
+}
+
+// Calibrated KV-cache scales in the checkpoint (vLLM's self_attn.k_scale / v_scale, here the
+// same in every layer) reach the cache writes and the attention of every step: the same bits as
+// no scales in the checkpoint and that value as the runner's --kv-cache-scale. 3 is not a power
+// of two, so it changes which e4m3 values the cache holds, and the runner's default of 1 gives
+// other logits.
+TEST(GpuFusedDecodeTest, CheckpointKvScalesAreUsed) {
+  SKIP_WITHOUT_GPU();
+  constexpr float kScale = 3.0f;
+  const std::string dir = WriteModel();
+  std::vector<float> plain_rows, scaled_rows, checkpoint_rows;
+  {
+    auto lm = LoadModel(dir, LoadOptions{false, false});
+    ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+    const auto* decoder = dynamic_cast<const layers::DecoderModel*>(lm->model.get());
+    ASSERT_NE(decoder, nullptr);
+    plain_rows = RunTwoChunksThenDecode(*decoder, {DType::kF8E4M3, false, 1.0f});
+    scaled_rows = RunTwoChunksThenDecode(*decoder, {DType::kF8E4M3, false, kScale});
+  }
+  {  // A second file of the checkpoint: a 0-d f32 k_scale and v_scale for every layer.
+    std::string header = "{", data;
+    for (int64_t l = 0; l < kLayers; ++l) {
+      for (const char* which : {"k_scale", "v_scale"}) {
+        if (header.size() > 1) header += ",";
+        header += "\"model.layers." + std::to_string(l) + ".self_attn." + which +
+                  "\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[" +
+                  std::to_string(data.size()) + "," + std::to_string(data.size() + 4) + "]}";
+        data.append(reinterpret_cast<const char*>(&kScale), 4);
+      }
+    }
+    header += "}";
+    std::string len(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(len.data(), &n, 8);
+    std::ofstream(fs::path(dir) / "kv_scales.safetensors", std::ios::binary)
+        << len << header << data;
+  }
+  {
+    auto lm = LoadModel(dir, LoadOptions{false, false});
+    ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+    const auto* decoder = dynamic_cast<const layers::DecoderModel*>(lm->model.get());
+    ASSERT_NE(decoder, nullptr);
+    checkpoint_rows = RunTwoChunksThenDecode(*decoder, {DType::kF8E4M3, false, 1.0f});
+  }
+  const size_t n = kTwoChunkRows * kVocab;
+  ASSERT_EQ(plain_rows.size(), n);
+  ASSERT_EQ(scaled_rows.size(), n);
+  ASSERT_EQ(checkpoint_rows.size(), n);
+  EXPECT_NE(std::memcmp(plain_rows.data(), scaled_rows.data(), n * sizeof(float)), 0)
+      << "a KV-cache scale of " << kScale << " changed no logit";
+  EXPECT_EQ(std::memcmp(checkpoint_rows.data(), scaled_rows.data(), n * sizeof(float)), 0)
+      << "the checkpoint's scales and --kv-cache-scale " << kScale << " differ";
   fs::remove_all(dir);
 }
 
