@@ -39,6 +39,17 @@ __device__ __forceinline__ T FromFloat(float v) {
   }
 }
 
+// Eight bf16 values (one 16-byte word) as floats.
+__device__ __forceinline__ void WidenBf16x8(const uint4& raw, float (&out)[8]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
 // Loads kVec<T> elements (16 bytes, aligned) as floats.
 template <typename T>
 __device__ __forceinline__ void LoadVec(const T* p, float (&out)[kVec<T>]) {
@@ -49,13 +60,7 @@ __device__ __forceinline__ void LoadVec(const T* p, float (&out)[kVec<T>]) {
     out[2] = __uint_as_float(raw.z);
     out[3] = __uint_as_float(raw.w);
   } else {
-    const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(h[i]);
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
-    }
+    WidenBf16x8(raw, out);
   }
 }
 

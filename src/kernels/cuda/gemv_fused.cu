@@ -548,13 +548,7 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
           issue(c + kStages);  // into the slot just read
           ++c;
           float wf[8];
-          const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wv);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float2 f = __bfloat1622float2(h[j]);
-            wf[2 * j] = f.x;
-            wf[2 * j + 1] = f.y;
-          }
+          WidenBf16x8(wv, wf);
 #pragma unroll
           for (int j = 0; j < 8; ++j) acc += wf[j] * xk[cc][j];
         }
@@ -571,13 +565,7 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
         const uint4 wv = *reinterpret_cast<const uint4*>(slot0 + (c & (kStages - 1)) * kChunk);
         issue(c + kStages);  // into the slot just read
         float wf[8];
-        const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wv);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 f = __bfloat1622float2(h[j]);
-          wf[2 * j] = f.x;
-          wf[2 * j + 1] = f.y;
-        }
+        WidenBf16x8(wv, wf);
 #pragma unroll
         for (int m = 0; m < M; ++m) {
           float xf[8];
