@@ -85,6 +85,10 @@ __device__ __forceinline__ uint8_t ToE4M3(float v) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
 
+// SiLU(g) = g · sigmoid(g), as every SiLU·mul kernel computes it (SiluMul, the staged GEMV's
+// epilogue, the MoE SwiGLU): the same expression gives them the same bits.
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -116,7 +116,7 @@ __global__ void SiluMulKernel(SiluMulParams p) {
     LoadVec(static_cast<const T*>(p.gate) + r * in_stride + i, g);
     LoadVec(static_cast<const T*>(p.up) + r * in_stride + i, u);
 #pragma unroll
-    for (int j = 0; j < V; ++j) o[j] = g[j] / (1.0f + __expf(-g[j])) * u[j];
+    for (int j = 0; j < V; ++j) o[j] = Silu(g[j]) * u[j];
     StoreVec(static_cast<T*>(p.out) + r * out_stride + i, o);
   }
 }

@@ -602,8 +602,7 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 3 : 2) GemvStagedKernel(Sta
         // (gate, up) rounded to bf16 as the plain GEMV would store them, then SiLU(gate) · up as
         // SiluMul computes and rounds it.
         const float g = ToFloat(FromFloat<bf16>(s0)), u = ToFloat(FromFloat<bf16>(s1));
-        static_cast<bf16*>(a.y)[m * a.ldy + (row0 + r) / 2] =
-            FromFloat<bf16>(g / (1.0f + __expf(-g)) * u);
+        static_cast<bf16*>(a.y)[m * a.ldy + (row0 + r) / 2] = FromFloat<bf16>(Silu(g) * u);
       } else {
         QkvFinishPair(a, m, row0 + r, s0, s1, o == t ? first_pair : LoadQkvPair(a, m, row0 + r));
       }

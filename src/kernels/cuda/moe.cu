@@ -331,7 +331,6 @@ __device__ __forceinline__ uint4 LoadX(const bf16* ptr) {
 }
 
 // The clamped SwiGLU of one gate/up pair (SiluMulClamp and the list kernel's epilogue alike).
-__device__ __forceinline__ float Silu(float g) { return g / (1.0f + __expf(-g)); }
 __device__ __forceinline__ float SwiGlu(float g, float u, float limit) {
   if (limit > 0.0f) {
     g = fminf(g, limit);
