@@ -56,7 +56,6 @@ const char* TraceKernelName(uint32_t kernel) {
       if (bits & kTraceGemvQkv) s += " qkv";
       if (bits & kTraceFp8) s += " fp8";
       if (bits & kTraceGemvF32Out) s += " f32";
-      if (bits & kTraceGemvTiles) s += " tiles";
       if (bits & kTraceGemvSiluPairs) s += " silu-out";
       v[bits] = s;
     }

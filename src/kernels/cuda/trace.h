@@ -35,7 +35,6 @@ enum TraceKernel : uint32_t {
   kTraceFp8 = 1u << 4,               // e4m3 weights (GEMV) or cache (attention)
   kTraceGemvF32Out = 1u << 5,        // GEMV: f32 output
   kTraceAttentionCluster = 1u << 6,  // attention: splits merged in a cluster
-  kTraceGemvTiles = 1u << 7,         // GEMV: rows taken in tiles from a counter
   kTraceGemvSiluPairs = 1u << 8,     // GEMV: the SiLU·mul epilogue
 };
 // "gemv norm qkv", "attention fp8 cluster", ... (static storage).
