@@ -49,6 +49,9 @@ StatusOr<std::vector<sched::StepSample>> MeasureSteps(ModelRunner& runner,
       if (c + q <= capacity) points.emplace_back(q, c);
     }
   }
+  for (const auto& [q, c] : o.extra_points) {
+    if (c + q <= capacity) points.emplace_back(q, c);
+  }
   std::vector<std::vector<double>> times(points.size());
   for (int pass = 0; pass < std::max(1, o.passes); ++pass) {
     for (size_t i = 0; i < points.size(); ++i) {

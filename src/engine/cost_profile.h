@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runner/model_runner.h"
@@ -14,6 +15,9 @@ namespace dinfer {
 struct ProfileOptions {
   std::vector<int64_t> new_tokens = {1, 8, 32, 128, 256};
   std::vector<int64_t> context = {0, 256, 1024};
+  // More (q, c) points, measured after the grid's in every pass (held-out points of a test, say,
+  // timed under the same conditions as the grid).
+  std::vector<std::pair<int64_t, int64_t>> extra_points;
   int repetitions = 3;  // per pass; the median of all is kept (the fastest with `fastest`)
   int passes = 1;       // walks over the whole grid
   // Keep the fastest repetition instead of the median: on a shared machine other tenants only
