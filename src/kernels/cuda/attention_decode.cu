@@ -142,19 +142,34 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
     written = p.positions[seq == 0 ? 0 : p.seq_token_end[seq - 1]];
   }
 
+  // The cache slots of a tile's keys: lane k of every warp looks up key k (and k + 32), and the
+  // threads that copy a key's row take its slot from that lane, so that each key costs one table
+  // lookup a warp rather than one a 16-byte chunk.
+  constexpr int kSlotWords = (C::kTileKeys + 31) / 32;
   auto load_tile = [&](int i, int buf, TilePart part) {
     uint8_t* sk = tiles + buf * C::kTileBytes;
     uint8_t* sv = sk + kStages * C::kTileBytes;
     constexpr int kRowChunks = C::kRowBytes / 16;
+    constexpr int kRowsPerIt = C::kThreads / kRowChunks;  // rows an iteration covers
+    static_assert(kRowsPerIt <= 32 && 32 % kRowsPerIt == 0);
+    const int j0 = s_lo + i * C::kTileKeys;
+    int slot[kSlotWords];
+#pragma unroll
+    for (int w = 0; w < kSlotWords; ++w) {
+      const int j = j0 + w * 32 + lane;
+      slot[w] = w * 32 + lane < C::kTileKeys && j < s_hi ? static_cast<int>(paged.Slot(j)) : 0;
+    }
 #pragma unroll
     for (int it = 0; it < C::kTileKeys * kRowChunks / C::kThreads; ++it) {
       const int c = it * C::kThreads + static_cast<int>(threadIdx.x);
       const int r = c / kRowChunks, cc = c % kRowChunks;
-      const int j = s_lo + i * C::kTileKeys + r;
+      // Rows it·kRowsPerIt .. + kRowsPerIt - 1 all lie in slot word it·kRowsPerIt / 32.
+      const int row_slot = __shfl_sync(0xffffffffu, slot[it * kRowsPerIt / 32], r % 32);
+      const int j = j0 + r;
       const bool fill = j < s_hi;
       const bool late = fill && j >= written;
       if ((part == kEarly && late) || (part == kLate && !late)) continue;
-      const int64_t off = fill ? paged.Slot(j) * row_bytes + cc * 16 : 0;
+      const int64_t off = fill ? static_cast<int64_t>(row_slot) * row_bytes + cc * 16 : 0;
       const int dst =
           kFp8 ? r * kLdBytes + cc / (D / 16) * D + SwizzledChunk<D>(r, cc % (D / 16)) * 16
                : r * kLdBytes + cc * 16;
@@ -241,7 +256,7 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             MmaF16(e % 2 == 0 ? s[nt] : s2[nt], qf[grp * 4 + e], E4M3x2ToHalf2(ws[e]),
-                   E4M3x2ToHalf2(ws[e] >> 16));
+                   E4M3x2ToHalf2<true>(ws[e]));
           }
         }
       }
@@ -266,15 +281,25 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
       for (int e = 0; e < 4; ++e) s[nt][e] += s2[nt][e];
     }
     const int key0 = s_lo + i * C::kTileKeys + wk * kKeys;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] *= qk_scale;
+    }
+    if (p.softcap > 0.0f) {  // one branch a tile, not one a score
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = p.softcap * tanhf(s[nt][e] / p.softcap);
+      }
+    }
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e] * qk_scale;
-        if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
         const int key = key0 + (kFp8 ? 4 * c4 + 2 * nt : nt * 8 + c2) + (e & 1);
-        s[nt][e] = key < s_hi ? x * kLog2e : -INFINITY;
+        s[nt][e] = key < s_hi ? s[nt][e] * kLog2e : -INFINITY;
       }
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
       mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
@@ -309,9 +334,9 @@ __global__ void __launch_bounds__(Config<D, kFp8, kHeads>::kThreads)
         const uint32_t t0 = Prmt(x[0][j], x[1][j], 0x5140), t1 = Prmt(x[2][j], x[3][j], 0x5140);
         const uint32_t t2 = Prmt(x[0][j], x[1][j], 0x7362), t3 = Prmt(x[2][j], x[3][j], 0x7362);
         MmaF16(o[4 * j], a, E4M3x2ToHalf2(t0), E4M3x2ToHalf2(t1));
-        MmaF16(o[4 * j + 1], a, E4M3x2ToHalf2(t0 >> 16), E4M3x2ToHalf2(t1 >> 16));
+        MmaF16(o[4 * j + 1], a, E4M3x2ToHalf2<true>(t0), E4M3x2ToHalf2<true>(t1));
         MmaF16(o[4 * j + 2], a, E4M3x2ToHalf2(t2), E4M3x2ToHalf2(t3));
-        MmaF16(o[4 * j + 3], a, E4M3x2ToHalf2(t2 >> 16), E4M3x2ToHalf2(t3 >> 16));
+        MmaF16(o[4 * j + 3], a, E4M3x2ToHalf2<true>(t2), E4M3x2ToHalf2<true>(t3));
       }
     } else {
       constexpr int kLd = kLdBytes / 2;

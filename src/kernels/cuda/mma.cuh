@@ -170,18 +170,22 @@ __device__ __forceinline__ RowPairStep OnlineMaxStep(float mx0, float mx1, float
 }
 
 // The whole step on mma.sync fragments: OnlineMaxStep, then the outputs o (kOt n tiles) rescaled
-// and the scores s (kNt n tiles) replaced by their exponentials, which add to the sums l.
+// and the scores s (kNt n tiles) replaced by their exponentials, which add to the sums l. The
+// whole warp calls it; the rescale is skipped when no row of the warp has a new maximum (every
+// factor is then exactly 1), which after the first tiles is the common case.
 template <int kNt, int kOt>
 __device__ __forceinline__ void OnlineSoftmaxStep(float (&s)[kNt][4], float (&o)[kOt][4], float mx0,
                                                   float mx1, float& m0, float& m1, float& l0,
                                                   float& l1) {
   const RowPairStep st = OnlineMaxStep(mx0, mx1, m0, m1, l0, l1);
+  if (__any_sync(0xffffffffu, st.corr0 != 1.0f || st.corr1 != 1.0f)) {
 #pragma unroll
-  for (int d = 0; d < kOt; ++d) {
-    o[d][0] *= st.corr0;
-    o[d][1] *= st.corr0;
-    o[d][2] *= st.corr1;
-    o[d][3] *= st.corr1;
+    for (int d = 0; d < kOt; ++d) {
+      o[d][0] *= st.corr0;
+      o[d][1] *= st.corr0;
+      o[d][2] *= st.corr1;
+      o[d][3] *= st.corr1;
+    }
   }
 #pragma unroll
   for (int nt = 0; nt < kNt; ++nt) {
