@@ -71,8 +71,9 @@ StatusOr<boost::json::object> KernelBench(const cuda::Stream& stream, const Limi
                                           int multiprocessors, const std::string& only);
 struct ModelBenchOptions {
   std::string config_path;
-  bool throughput = true;    // the 1,000 / 1,000 at 256 concurrent run (the longest part)
-  bool decode_only = false;  // 16 batch-1 decode steps and nothing else (for a profiler)
+  bool throughput = true;        // the 1,000 / 1,000 at 256 concurrent run (the longest part)
+  bool decode_only = false;      // 16 batch-1 decode steps and nothing else (for a profiler)
+  bool throughput_only = false;  // the 1,000 / 1,000 run alone (A/B runs of the batched path)
   // FP8: layer weights as e4m3 with per-channel scales (FP8 GEMMs) and an FP8 KV cache.
   bool fp8 = false;
   bool kv_fp8 = false;  // an FP8 KV cache with bf16 weights (the KV read halves, nothing else)

@@ -145,7 +145,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
               o.fp8 ? "fp8 (layers) + bf16" : "bf16", Seconds(t0, Clock::now()));
   if (kv_fp8) std::printf("FP8 (e4m3) KV cache\n");
 
-  {  // Batch-1 decode.
+  if (!o.throughput_only) {  // Batch-1 decode.
     Seqs s = MakeSeqs(1, 128, c.vocab_size, 1, o.shuffle_blocks);
     DINFER_RETURN_IF_ERROR(Prefill(r, s, ro.max_num_tokens));
     int64_t pos = 128;
@@ -193,7 +193,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
 
   if (o.decode_only) return out;
 
-  {  // Prefill, 8 × 2,048 tokens in one step.
+  if (!o.throughput_only) {  // Prefill, 8 × 2,048 tokens in one step.
     Seqs s = MakeSeqs(8, 2048, c.vocab_size, 2, o.shuffle_blocks);
     std::vector<SeqChunk> chunks;
     for (int i = 0; i < 8; ++i)
@@ -208,7 +208,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
                 flops / ms / 1e9);
   }
 
-  {  // Idle gaps between decode steps at batch 64.
+  if (!o.throughput_only) {  // Idle gaps between decode steps at batch 64.
     Seqs s = MakeSeqs(64, 512, c.vocab_size, 3, o.shuffle_blocks);
     DINFER_RETURN_IF_ERROR(Prefill(r, s, ro.max_num_tokens));
     int64_t pos = 512;
