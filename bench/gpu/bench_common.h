@@ -69,6 +69,8 @@ StatusOr<Limits> MeasureLimits(const cuda::Stream& stream, int multiprocessors);
 // it.
 StatusOr<boost::json::object> KernelBench(const cuda::Stream& stream, const Limits& limits,
                                           int multiprocessors, const std::string& only);
+// cuBLASLt's candidate algorithms and split-K variants for decode-step products (gemm_algos.cc).
+StatusOr<boost::json::object> GemmAlgoBench(const cuda::Stream& stream, const Limits& limits);
 struct ModelBenchOptions {
   std::string config_path;
   bool throughput = true;        // the 1,000 / 1,000 at 256 concurrent run (the longest part)

@@ -6,6 +6,9 @@
 //                                              [--trace CSV] [--shuffle-blocks]
 //                                              a random-weight model of CONFIG's shape: batch-1
 //                                              decode, prefill, idle gaps, 1,000/1,000 at 256
+//   dinfer_gpu_bench gemm-algos OUT.json          cuBLASLt's candidate algorithms (and split-K
+//                                              variants) for the decode-step products of an 8B
+//                                              Llama at 64-256 rows, each timed
 //   dinfer_gpu_bench v4 CONFIG OUT.json [--layers N] [--decode-only]
 //                                              DeepSeek-V4 at CONFIG's widths, its first N layers
 //                                              (default 8): decode at batch 1/16/64, prefill,
@@ -73,7 +76,7 @@ Status Main(int argc, char** argv) {
     return InvalidArgument(
         "usage: dinfer_gpu_bench kernels OUT.json [SECTION] | model CONFIG OUT.json "
         "[--no-throughput | --decode-only | --throughput-only] [--fp8 | --kv-fp8] [--trace CSV] "
-        "[--shuffle-blocks] | "
+        "[--shuffle-blocks] | gemm-algos OUT.json | "
         "v4 CONFIG OUT.json [--layers N] | v4-check DIR OUT.json");
   }
   if (cuda::DeviceCount() == 0) return MakeError(StatusCode::kFailedPrecondition, "no CUDA device");
@@ -93,6 +96,9 @@ Status Main(int argc, char** argv) {
     path = argv[2];
     DINFER_ASSIGN_OR_RETURN(
         out["kernels"], KernelBench(stream, limits, info.multiprocessors, argc > 3 ? argv[3] : ""));
+  } else if (mode == "gemm-algos") {
+    path = argv[2];
+    DINFER_ASSIGN_OR_RETURN(out["gemm_algos"], GemmAlgoBench(stream, limits));
   } else if (mode == "model" && argc >= 4) {
     ModelBenchOptions o;
     o.config_path = argv[2];

@@ -45,9 +45,13 @@ def main():
     hf = res.get("hf") or {}
     keys = {}
     for k in ("decode_b1_roofline_fraction", "prefill_tflops", "throughput_1000_1000_c256_tok_s",
-              "idle_gap_fraction_b64"):
+              "throughput_1000_1000_c256_roofline_tok_s", "idle_gap_fraction_b64"):
         if k in model:
             keys[k] = model[k]
+    kv_fp8 = (res.get("model_kv_fp8") or {}).get("model", {})
+    for k in ("throughput_1000_1000_c256_tok_s", "throughput_1000_1000_c256_roofline_tok_s"):
+        if k in kv_fp8:
+            keys["kv_fp8_" + k] = kv_fp8[k]
     if "decode_b1" in model and "decode_b1" in hf:
         keys["decode_b1_tok_s"] = model["decode_b1"]["tok_s"]
         keys["transformers_decode_b1_tok_s"] = hf["decode_b1"]["tok_s"]
