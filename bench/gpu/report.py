@@ -34,7 +34,7 @@ def main():
            "rerun": "scripts/gpu OUTDIR (on the GPU machine; see scripts/gpu)",
            "commit": commit}
     for name in ("summary", "kernels", "model", "model_fp8", "model_kv_fp8", "hf", "startup",
-                 "engine", "v4", "hf_v4", "v4_check", "flashinfer"):
+                 "engine", "v4", "hf_v4", "v4_check", "flashinfer", "cutlass"):
         data = load(os.path.join(outdir, name + ".json"))
         if data is not None:
             res[name] = data
