@@ -69,6 +69,17 @@ StatusOr<Limits> MeasureLimits(const cuda::Stream& stream, int multiprocessors);
 // it.
 StatusOr<boost::json::object> KernelBench(const cuda::Stream& stream, const Limits& limits,
                                           int multiprocessors, const std::string& only);
+// The weight products of an 8B Llama (hidden 4096, 32 query / 8 KV heads of 128, MLP 14336,
+// vocabulary 128256): y[m, n] = x[m, k] · w[n, k]ᵀ.
+struct ProductShape {
+  const char* name;
+  int64_t n, k;
+};
+inline constexpr ProductShape kLlama8bProducts[] = {{"qkv", 4096 + 2 * 8 * 128, 4096},
+                                                    {"o", 4096, 4096},
+                                                    {"gate_up", 2 * 14336, 4096},
+                                                    {"down", 4096, 14336},
+                                                    {"lm_head", 128256, 4096}};
 // cuBLASLt's candidate algorithms and split-K variants for decode-step products (gemm_algos.cc).
 StatusOr<boost::json::object> GemmAlgoBench(const cuda::Stream& stream, const Limits& limits);
 struct ModelBenchOptions {

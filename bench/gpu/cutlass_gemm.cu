@@ -102,7 +102,7 @@ class RunnerImpl : public Runner {
     const auto stride_c =
         cutlass::make_cute_packed_stride(typename Kernel::StrideC{}, make_shape(n, m, 1));
     gemms_.resize(copies);
-    args_.resize(copies);
+    std::vector<typename Gemm::Arguments> args(copies);
     size_t ws = 0;
     for (int c = 0; c < copies; ++c) {
       typename Gemm::Arguments a{
@@ -113,11 +113,11 @@ class RunnerImpl : public Runner {
           {{1.0f, 0.0f}, nullptr, stride_c, static_cast<cutlass::bfloat16_t*>(y), stride_d}};
       if (gemms_[c].can_implement(a) != cutlass::Status::kSuccess) return false;
       ws = std::max(ws, Gemm::get_workspace_size(a));
-      args_[c] = a;
+      args[c] = a;
     }
     if (ws > 0 && cudaMalloc(&workspace_, ws) != cudaSuccess) return false;
     for (int c = 0; c < copies; ++c) {
-      if (gemms_[c].initialize(args_[c], workspace_) != cutlass::Status::kSuccess) return false;
+      if (gemms_[c].initialize(args[c], workspace_) != cutlass::Status::kSuccess) return false;
     }
     return true;
   }
@@ -129,7 +129,6 @@ class RunnerImpl : public Runner {
 
  private:
   std::vector<Gemm> gemms_;
-  std::vector<typename Gemm::Arguments> args_;
   void* workspace_ = nullptr;
 };
 
@@ -167,7 +166,7 @@ std::unique_ptr<Runner> DINFER_CUTLASS_CAT(Make, DINFER_CUTLASS_PART)(const void
 #else
 // ---- The driver. ----
 #include <algorithm>
-#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>

@@ -16,11 +16,6 @@ namespace {
 
 namespace json = boost::json;
 
-struct LtShape {
-  const char* name;
-  int64_t n, k;
-};
-
 Status Lt(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return OkStatus();
   return Internal("cuBLASLt {}: status {}", what, static_cast<int>(s));
@@ -37,11 +32,6 @@ T Attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t a)
 }  // namespace
 
 StatusOr<json::object> GemmAlgoBench(const cuda::Stream& s, const Limits& limits) {
-  const LtShape shapes[] = {{"qkv", 6144, 4096},
-                            {"o", 4096, 4096},
-                            {"gate_up", 28672, 4096},
-                            {"down", 4096, 14336},
-                            {"lm_head", 128256, 4096}};
   cublasLtHandle_t h = nullptr;
   DINFER_RETURN_IF_ERROR(Lt(cublasLtCreate(&h), "create"));
   const size_t ws_bytes = 32u << 20;
@@ -50,7 +40,7 @@ StatusOr<json::object> GemmAlgoBench(const cuda::Stream& s, const Limits& limits
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer x, RandomBuffer(max_m * max_k, DType::kBF16, 40));
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer y, cuda::DeviceBuffer::Allocate(max_m * 128256 * 4));
   json::array rows;
-  for (const LtShape& sh : shapes) {
+  for (const ProductShape& sh : kLlama8bProducts) {
     const int64_t w_bytes = sh.n * sh.k * 2;
     const int64_t copies = std::max<int64_t>(1, ((int64_t{256} << 20) + w_bytes - 1) / w_bytes);
     DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer w,

@@ -53,20 +53,11 @@ struct Table {
 
 Status GemmRows(const cuda::Stream& s, Table& t) {
   DINFER_ASSIGN_OR_RETURN(auto gemm, kc::GemmRunner::Create());
-  struct Shape {
-    const char* name;
-    int64_t n, k;
-  };
-  const Shape shapes[] = {{"qkv", kHidden + 2 * kKvHeads * kHeadDim, kHidden},
-                          {"o", kHidden, kHidden},
-                          {"gate_up", 2 * kInter, kHidden},
-                          {"down", kHidden, kInter},
-                          {"lm_head", kVocab, kHidden}};
   const int64_t max_m = 16384;
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer x, RandomBuffer(max_m * kInter, DType::kBF16, 10));
   DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer y,
                           cuda::DeviceBuffer::Allocate(max_m * 2 * kInter * 2));
-  for (const Shape& sh : shapes) {
+  for (const ProductShape& sh : kLlama8bProducts) {
     const int64_t w_bytes = sh.n * sh.k * 2;
     const int64_t copies = std::max<int64_t>(1, (kRotateBytes + w_bytes - 1) / w_bytes);
     DINFER_ASSIGN_OR_RETURN(cuda::DeviceBuffer w,
