@@ -87,6 +87,9 @@ struct ModelBenchOptions {
   bool throughput = true;        // the 1,000 / 1,000 at 256 concurrent run (the longest part)
   bool decode_only = false;      // 16 batch-1 decode steps and nothing else (for a profiler)
   bool throughput_only = false;  // the 1,000 / 1,000 run alone (A/B runs of the batched path)
+  // The prompt steps alone: 8 × 2,048 tokens, then 16 × 1,000 (a prompt step of the 1,000 / 1,000
+  // run), each once to warm up and 5 times timed (for A/B runs and a profiler).
+  bool prefill_only = false;
   // FP8: layer weights as e4m3 with per-channel scales (FP8 GEMMs) and an FP8 KV cache.
   bool fp8 = false;
   bool kv_fp8 = false;  // an FP8 KV cache with bf16 weights (the KV read halves, nothing else)

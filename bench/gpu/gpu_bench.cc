@@ -1,8 +1,8 @@
 // dinfer_gpu_bench: GPU benchmarks for scripts/gpu. Modes:
 //   dinfer_gpu_bench kernels OUT.json [SECTION] device limits and each kernel's speed (SECTION:
 //                                              gemm, attention or elementwise only)
-//   dinfer_gpu_bench model CONFIG OUT.json [--no-throughput | --decode-only | --throughput-only]
-//                                              [--fp8 | --kv-fp8]
+//   dinfer_gpu_bench model CONFIG OUT.json [--no-throughput | --decode-only | --throughput-only
+//                                              | --prefill-only] [--fp8 | --kv-fp8]
 //                                              [--trace CSV] [--shuffle-blocks]
 //                                              a random-weight model of CONFIG's shape: batch-1
 //                                              decode, prefill, idle gaps, 1,000/1,000 at 256
@@ -75,7 +75,8 @@ Status Main(int argc, char** argv) {
   if (argc < 3) {
     return InvalidArgument(
         "usage: dinfer_gpu_bench kernels OUT.json [SECTION] | model CONFIG OUT.json "
-        "[--no-throughput | --decode-only | --throughput-only] [--fp8 | --kv-fp8] [--trace CSV] "
+        "[--no-throughput | --decode-only | --throughput-only | --prefill-only] [--fp8 | --kv-fp8] "
+        "[--trace CSV] "
         "[--shuffle-blocks] | gemm-algos OUT.json | "
         "v4 CONFIG OUT.json [--layers N] | v4-check DIR OUT.json");
   }
@@ -107,6 +108,7 @@ Status Main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--no-throughput") == 0) o.throughput = false;
       if (std::strcmp(argv[i], "--decode-only") == 0) o.decode_only = true;
       if (std::strcmp(argv[i], "--throughput-only") == 0) o.throughput_only = true;
+      if (std::strcmp(argv[i], "--prefill-only") == 0) o.prefill_only = true;
       if (std::strcmp(argv[i], "--fp8") == 0) o.fp8 = true;
       if (std::strcmp(argv[i], "--kv-fp8") == 0) o.kv_fp8 = true;
       if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) o.trace_path = argv[++i];

@@ -1,8 +1,9 @@
 """Summarises Nsight Compute's per-kernel durations (ncu --csv --page raw --metrics
-gpu__time_duration.sum) of a run of decode steps: splits the kernels into steps at each embedding
-kernel, and for the last steps prints the time per step spent in each kind of kernel.
+gpu__time_duration.sum) of a run of forward passes (decode steps or prompts): splits the kernels
+into steps at each embedding kernel, and for STEPS steps (the last ones, or those before the last
+SKIP) prints the time per step spent in each kind of kernel.
 
-    ncu ... --csv --page raw ... | python3 bench/gpu/kernel_times.py [STEPS]
+    ncu ... --csv --page raw ... | python3 bench/gpu/kernel_times.py [STEPS [SKIP]]
 """
 import collections
 import csv
@@ -19,6 +20,7 @@ def short(name):
 
 def main():
     steps_wanted = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+    skip = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     rows = [r for r in csv.reader(line for line in sys.stdin if line.startswith('"'))]
     header = rows[0]
     name_col = header.index("Kernel Name")
@@ -36,6 +38,8 @@ def main():
             current = []
         current.append(k)
     steps.append(current)
+    if skip:
+        steps = steps[:-skip]
     last = steps[-steps_wanted:]
     per_kind = collections.defaultdict(lambda: [0.0, 0])
     for step in last:

@@ -145,7 +145,7 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
               o.fp8 ? "fp8 (layers) + bf16" : "bf16", Seconds(t0, Clock::now()));
   if (kv_fp8) std::printf("FP8 (e4m3) KV cache\n");
 
-  if (!o.throughput_only) {  // Batch-1 decode.
+  if (!o.throughput_only && !o.prefill_only) {  // Batch-1 decode.
     Seqs s = MakeSeqs(1, 128, c.vocab_size, 1, o.shuffle_blocks);
     DINFER_RETURN_IF_ERROR(Prefill(r, s, ro.max_num_tokens));
     int64_t pos = 128;
@@ -193,19 +193,27 @@ StatusOr<json::object> ModelBench(const ModelBenchOptions& o, const Limits& limi
 
   if (o.decode_only) return out;
 
-  if (!o.throughput_only) {  // Prefill, 8 × 2,048 tokens in one step.
-    Seqs s = MakeSeqs(8, 2048, c.vocab_size, 2, o.shuffle_blocks);
+  // One step of `n` prompts of `len` tokens each, timed; its figures go to out[key].
+  auto time_prompts = [&](int64_t n, int64_t len, const char* key) -> StatusOr<double> {
+    Seqs s = MakeSeqs(n, len, c.vocab_size, 2, o.shuffle_blocks);
     std::vector<SeqChunk> chunks;
-    for (int i = 0; i < 8; ++i)
+    for (int64_t i = 0; i < n; ++i)
       chunks.push_back({s.prompts[i], 0, s.tables[i], SeqChunk::Logits::kLast});
     DINFER_ASSIGN_OR_RETURN(double ms, TimeMs(stream, 1, 5, [&] { return r.Launch(chunks); }));
-    const double tokens = 8 * 2048.0, pairs = 8 * 2048.0 * 2049 / 2;
-    const double flops = ForwardFlops(c, tokens, pairs, 8);
-    out["prefill_8x2048"] = json::object{
+    const double tokens = static_cast<double>(n * len), pairs = n * len * (len + 1.0) / 2;
+    const double flops = ForwardFlops(c, tokens, pairs, static_cast<double>(n));
+    out[key] = json::object{
         {"ms", ms}, {"tok_s", tokens / ms * 1e3}, {"flops", flops}, {"tflops", flops / ms / 1e9}};
-    out["prefill_tflops"] = flops / ms / 1e9;
-    std::printf("prefill 8x2048: %.1f ms, %.0f tok/s, %.0f TFLOP/s\n", ms, tokens / ms * 1e3,
+    std::printf("%s: %.1f ms, %.0f tok/s, %.0f TFLOP/s\n", key, ms, tokens / ms * 1e3,
                 flops / ms / 1e9);
+    return flops / ms / 1e9;
+  };
+  if (!o.throughput_only) {  // Prefill, 8 × 2,048 tokens in one step.
+    DINFER_ASSIGN_OR_RETURN(out["prefill_tflops"], time_prompts(8, 2048, "prefill_8x2048"));
+  }
+  if (o.prefill_only) {  // And a prompt step of the 1,000 / 1,000 run.
+    DINFER_RETURN_IF_ERROR(time_prompts(16, 1000, "prefill_16x1000").status());
+    return out;
   }
 
   if (!o.throughput_only) {  // Idle gaps between decode steps at batch 64.

@@ -167,7 +167,10 @@ INSTANTIATE_TEST_SUITE_P(
                       QkvCase{DType::kBF16, 256, 256, false, true, false},
                       QkvCase{DType::kBF16, 128, 128, false, true, true, 1.0f},
                       QkvCase{DType::kBF16, 64, 32, true, false, false, 0.125f},
-                      QkvCase{DType::kF32, 128, 64, false, true, false, 4.0f}));
+                      QkvCase{DType::kF32, 128, 64, false, true, false, 4.0f},
+                      // Heads of other than a multiple of 8 bf16 elements: one element at a time.
+                      QkvCase{DType::kBF16, 12, 12, false, true, true},
+                      QkvCase{DType::kBF16, 20, 10, true, false, false, 0.5f}));
 
 }  // namespace
 }  // namespace dinfer
