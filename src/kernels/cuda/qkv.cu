@@ -54,15 +54,17 @@ __device__ __forceinline__ void StoreKvChunk(const QkvParams& p, void* cache, in
 
 // One token a CTA. Its whole q/k/v row is staged in shared memory as floats (bias added) with
 // V-element loads (16 bytes where the shapes allow), beside its rotation angles, computed once
-// for all heads, and with per-head norms each head's 1 / rms. Then the CTA's threads write every
-// output chunk of V elements: q rotated in place, k rotated and v into the cache. A rotated
-// element's partner is read from the staged row, so any pair layout and partial rotary work.
+// for all heads, and with per-head norms each head's 1 / rms. Then each thread writes one chunk
+// of V elements of every head it takes (head_dim / V threads a head, the CTA's heads a pass):
+// q rotated in place, k rotated and v into the cache. A rotated element's partner is read from
+// the staged row, so any pair layout and partial rotary work; a thread's chunk is the same in
+// every head, so it works out its elements' pairs and angles once.
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) QkvKernel(QkvParams p) {
+__global__ void __launch_bounds__(kThreads, 4) QkvKernel(QkvParams p) {
   extern __shared__ float smem[];
-  const int64_t d_len = p.head_dim, half = p.rotary_dim / 2;
-  const int64_t q_dim = p.num_heads * d_len, kv_dim = p.num_kv_heads * d_len;
-  const int64_t width = q_dim + 2 * kv_dim;
+  const int d_len = static_cast<int>(p.head_dim), half = static_cast<int>(p.rotary_dim / 2);
+  const int num_heads = static_cast<int>(p.num_heads), kv_heads = static_cast<int>(p.num_kv_heads);
+  const int kv_dim = kv_heads * d_len, width = (num_heads + 2 * kv_heads) * d_len;
   float* x = smem;                // [width]
   float* cos_t = x + width;       // [half]
   float* sin_t = cos_t + half;    // [half]
@@ -71,68 +73,77 @@ __global__ void __launch_bounds__(kThreads) QkvKernel(QkvParams p) {
   AllowDependents();
   const int64_t t = blockIdx.x;
   T* row = static_cast<T*>(p.qkv) + t * p.qkv_stride;
-  for (int64_t c = threadIdx.x; c < width / V; c += kThreads) {
+#pragma unroll 4
+  for (int c = threadIdx.x; c < width / V; c += kThreads) {
     float v[V];
     LoadChunk<T, V>(row + c * V, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) x[c * V + j] = p.bias ? v[j] + p.bias[c * V + j] : v[j];
   }
   const float pos = static_cast<float>(p.positions[t]);
-  for (int64_t i = threadIdx.x; i < half; i += kThreads) {
+  for (int i = threadIdx.x; i < half; i += kThreads) {
     float sn, cs;
     sincosf(pos * p.inv_freq[i], &sn, &cs);
     cos_t[i] = cs * p.attention_scaling;
     sin_t[i] = sn * p.attention_scaling;
   }
   __syncthreads();  // every read of the row is done: q may be written back in place
+  const int rotated_heads = num_heads + kv_heads;
   if (p.q_norm != nullptr || p.k_norm != nullptr) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int64_t h = warp; h < p.num_heads + p.num_kv_heads; h += kThreads / 32) {
+    for (int h = warp; h < rotated_heads; h += kThreads / 32) {
       float ss = 0.0f;
-      for (int64_t d = lane; d < d_len; d += 32) ss += x[h * d_len + d] * x[h * d_len + d];
+      for (int d = lane; d < d_len; d += 32) ss += x[h * d_len + d] * x[h * d_len + d];
       ss = WarpSum(ss);
       if (lane == 0) inv_rms[h] = rsqrtf(ss / static_cast<float>(d_len) + p.norm_eps);
     }
     __syncthreads();
   }
-  const int64_t slot = p.slot_mapping[t];
-  const int64_t qk_chunks = (q_dim + kv_dim) / V, chunks = qk_chunks + kv_dim / V;
-  for (int64_t c = threadIdx.x; c < chunks; c += kThreads) {
-    const int64_t e = c * V;  // the chunk's first column in the row
-    float out[V];
-    if (c >= qk_chunks) {  // v
+  const int per_head = d_len / V, heads_a_pass = kThreads / per_head;
+  const int h0 = threadIdx.x / per_head, d0 = threadIdx.x % per_head * V;
+  if (h0 >= heads_a_pass) return;
+  // This thread's elements d0 + j: the angle (-1: not rotated), the partner, and whether the
+  // element is the first of its pair: interleaved pairs (2i, 2i+1), else (i, i + half).
+  int angle[V], partner[V];
+  bool first[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) out[j] = x[e + j];
-      StoreKvChunk<T, V>(p, p.v_cache, slot * kv_dim + (e - q_dim - kv_dim), out, 1.0f / p.v_scale);
+  for (int j = 0; j < V; ++j) {
+    const int d = d0 + j;
+    first[j] = p.interleaved ? d % 2 == 0 : d < half;
+    angle[j] = d >= p.rotary_dim ? -1 : p.interleaved ? d / 2 : (d < half ? d : d - half);
+    partner[j] = p.interleaved ? (first[j] ? d + 1 : d - 1) : (first[j] ? d + half : d - half);
+  }
+  const int64_t slot = p.slot_mapping[t];
+  // The q and k heads, then the v heads (v head j is row head rotated_heads + j).
+  for (int h = h0; h < rotated_heads + kv_heads; h += heads_a_pass) {
+    const int base = h * d_len;
+    float out[V];
+    if (h >= rotated_heads) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[j] = x[base + d0 + j];
+      StoreKvChunk<T, V>(p, p.v_cache, slot * kv_dim + (h - rotated_heads) * d_len + d0, out,
+                         1.0f / p.v_scale);
       continue;
     }
-    const int64_t head = e / d_len, base = head * d_len;
-    const bool is_q = head < p.num_heads;
+    const bool is_q = h < num_heads;
     const float* norm = is_q ? p.q_norm : p.k_norm;
-    const float inv = norm != nullptr ? inv_rms[head] : 1.0f;
+    const float inv = norm != nullptr ? inv_rms[h] : 1.0f;
     // Element d of this head, normed where the model has a per-head norm.
-    auto at = [&](int64_t d) {
-      return norm != nullptr ? x[base + d] * inv * norm[d] : x[base + d];
-    };
+    auto at = [&](int d) { return norm != nullptr ? x[base + d] * inv * norm[d] : x[base + d]; };
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const int64_t d = e - base + j;
-      float v = at(d);
-      if (d < p.rotary_dim) {
-        // Pair (a, b) with a the first element: interleaved (2i, 2i+1), else (i, i + half).
-        const int64_t i = p.interleaved ? d / 2 : (d < half ? d : d - half);
-        const bool first = p.interleaved ? (d % 2 == 0) : (d < half);
-        const int64_t partner =
-            p.interleaved ? (first ? d + 1 : d - 1) : (first ? d + half : d - half);
-        const float cs = cos_t[i], sn = sin_t[i];
-        v = first ? v * cs - at(partner) * sn : v * cs + at(partner) * sn;
+      float v = at(d0 + j);
+      if (angle[j] >= 0) {
+        const float cs = cos_t[angle[j]], sn = sin_t[angle[j]];
+        v = first[j] ? v * cs - at(partner[j]) * sn : v * cs + at(partner[j]) * sn;
       }
       out[j] = v;
     }
     if (is_q) {
-      StoreChunk<T, V>(row + e, out);
+      StoreChunk<T, V>(row + base + d0, out);
     } else {
-      StoreKvChunk<T, V>(p, p.k_cache, slot * kv_dim + (e - q_dim), out, 1.0f / p.k_scale);
+      StoreKvChunk<T, V>(p, p.k_cache, slot * kv_dim + (h - num_heads) * d_len + d0, out,
+                         1.0f / p.k_scale);
     }
   }
 }
@@ -161,8 +172,8 @@ bool CacheAligned(const QkvParams& p, const void* cache) {
 
 int QkvRopeKvWrite(const QkvParams& p, void* stream) {
   if (p.num_tokens == 0) return 0;
-  if (p.head_dim <= 0 || p.rotary_dim > p.head_dim || p.rotary_dim % 2 != 0 ||
-      (p.kv_fp8 && !(p.k_scale > 0.0f && p.v_scale > 0.0f))) {
+  if (p.head_dim <= 0 || p.head_dim > kThreads || p.rotary_dim > p.head_dim ||
+      p.rotary_dim % 2 != 0 || (p.kv_fp8 && !(p.k_scale > 0.0f && p.v_scale > 0.0f))) {
     return cudaErrorInvalidValue;
   }
   return DispatchFloat(p.dtype, [&](auto t) {
