@@ -27,6 +27,34 @@ __device__ __forceinline__ void StoreChunk(T* p, const float (&v)[V]) {
   }
 }
 
+// V floats of the staged row at x (aligned to V floats): 16-byte accesses where V allows, which
+// keep a warp's accesses to consecutive chunks free of bank conflicts.
+template <int V>
+__device__ __forceinline__ void LoadStaged(const float* x, float (&v)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < V; j += 4) {
+      const float4 f = *reinterpret_cast<const float4*>(x + j);
+      v[j] = f.x, v[j + 1] = f.y, v[j + 2] = f.z, v[j + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = x[j];
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void StoreStaged(float* x, const float (&v)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < V; j += 4)
+      *reinterpret_cast<float4*>(x + j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) x[j] = v[j];
+  }
+}
+
 // Elements i .. i + V of a K or V cache: the activations' dtype, or e4m3 of v · inv_scale (V
 // bytes in one store).
 template <typename T, int V>
@@ -77,8 +105,11 @@ __global__ void __launch_bounds__(kThreads, 4) QkvKernel(QkvParams p) {
   for (int c = threadIdx.x; c < width / V; c += kThreads) {
     float v[V];
     LoadChunk<T, V>(row + c * V, v);
+    if (p.bias != nullptr) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) x[c * V + j] = p.bias ? v[j] + p.bias[c * V + j] : v[j];
+      for (int j = 0; j < V; ++j) v[j] += p.bias[c * V + j];
+    }
+    StoreStaged(x + c * V, v);
   }
   const float pos = static_cast<float>(p.positions[t]);
   for (int i = threadIdx.x; i < half; i += kThreads) {
@@ -102,26 +133,20 @@ __global__ void __launch_bounds__(kThreads, 4) QkvKernel(QkvParams p) {
   const int per_head = d_len / V, heads_a_pass = kThreads / per_head;
   const int h0 = threadIdx.x / per_head, d0 = threadIdx.x % per_head * V;
   if (h0 >= heads_a_pass) return;
-  // This thread's elements d0 + j: the angle (-1: not rotated), the partner, and whether the
-  // element is the first of its pair: interleaved pairs (2i, 2i+1), else (i, i + half).
-  int angle[V], partner[V];
-  bool first[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int d = d0 + j;
-    first[j] = p.interleaved ? d % 2 == 0 : d < half;
-    angle[j] = d >= p.rotary_dim ? -1 : p.interleaved ? d / 2 : (d < half ? d : d - half);
-    partner[j] = p.interleaved ? (first[j] ? d + 1 : d - 1) : (first[j] ? d + half : d - half);
-  }
+  // Element d is the first of its pair, interleaved (2i, 2i+1) or halves (i, i + half), with
+  // angle i. Interleaved pairs lie in a thread's chunk (V even); pairs of halves in the chunk half
+  // a rotation away when half is a multiple of V; otherwise each element reads its partner alone.
+  const bool pairs_in_chunk = V % 2 == 0 && p.interleaved;
+  const bool pair_chunks = !p.interleaved && half % V == 0 && d0 < p.rotary_dim;
+  const int partner0 = d0 < half ? d0 + half : d0 - half;  // with pair_chunks
   const int64_t slot = p.slot_mapping[t];
   // The q and k heads, then the v heads (v head j is row head rotated_heads + j).
   for (int h = h0; h < rotated_heads + kv_heads; h += heads_a_pass) {
     const int base = h * d_len;
-    float out[V];
+    float own[V];
+    LoadStaged(x + base + d0, own);
     if (h >= rotated_heads) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) out[j] = x[base + d0 + j];
-      StoreKvChunk<T, V>(p, p.v_cache, slot * kv_dim + (h - rotated_heads) * d_len + d0, out,
+      StoreKvChunk<T, V>(p, p.v_cache, slot * kv_dim + (h - rotated_heads) * d_len + d0, own,
                          1.0f / p.v_scale);
       continue;
     }
@@ -130,12 +155,33 @@ __global__ void __launch_bounds__(kThreads, 4) QkvKernel(QkvParams p) {
     const float inv = norm != nullptr ? inv_rms[h] : 1.0f;
     // Element d of this head, normed where the model has a per-head norm.
     auto at = [&](int d) { return norm != nullptr ? x[base + d] * inv * norm[d] : x[base + d]; };
+    float pv[V];
+    if (pair_chunks) LoadStaged(x + base + partner0, pv);
+    if (norm != nullptr) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        own[j] = own[j] * inv * norm[d0 + j];
+        if (pair_chunks) pv[j] = pv[j] * inv * norm[partner0 + j];
+      }
+    }
+    float out[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      float v = at(d0 + j);
-      if (angle[j] >= 0) {
-        const float cs = cos_t[angle[j]], sn = sin_t[angle[j]];
-        v = first[j] ? v * cs - at(partner[j]) * sn : v * cs + at(partner[j]) * sn;
+      const int d = d0 + j;
+      float v = own[j];
+      if (d < p.rotary_dim) {
+        const bool first = p.interleaved ? d % 2 == 0 : d < half;
+        const int angle = p.interleaved ? d / 2 : (first ? d : d - half);
+        float other;
+        if constexpr (V % 2 == 0) {
+          other = pairs_in_chunk ? own[j ^ 1]
+                  : pair_chunks  ? pv[j]
+                                 : at(first ? d + half : d - half);
+        } else {
+          other = at(p.interleaved ? (first ? d + 1 : d - 1) : (first ? d + half : d - half));
+        }
+        const float cs = cos_t[angle], sn = sin_t[angle];
+        v = first ? v * cs - other * sn : v * cs + other * sn;
       }
       out[j] = v;
     }
